@@ -1,0 +1,105 @@
+"""Workload specs: the shape of one operator instance, parsed from names like `N512K1024M1024`.
+
+Grammar (all numbers are positive integers):
+  mm    N<n>K<k>M<m>[P<layout>]            C[n, m] = sum_k A[n, k] * B[k, m]
+  bmm   B<b>N<n>K<k>M<m>[P<layout>]        the same for each of b batches
+  conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>   NCHW direct convolution, square image and kernel
+<layout> is two letters, N (as above) or T (transposed), for A then B: PNN (default), PNT, PTN, PTT.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+OPS = ("mm", "bmm", "conv")
+LAYOUTS = ("NN", "NT", "TN", "TT")
+
+_PATTERNS = {
+    "mm": re.compile(r"N(?P<N>\d+)K(?P<K>\d+)M(?P<M>\d+)(?:P(?P<layout>[NT]{2}))?"),
+    "bmm": re.compile(r"B(?P<B>\d+)N(?P<N>\d+)K(?P<K>\d+)M(?P<M>\d+)(?:P(?P<layout>[NT]{2}))?"),
+    "conv": re.compile(r"N(?P<N>\d+)C(?P<C>\d+)HW(?P<HW>\d+)F(?P<F>\d+)K(?P<K>\d+)ST(?P<ST>\d+)PD(?P<PD>\d+)"),
+}
+_EXAMPLES = {"mm": "N512K1024M1024PNT", "bmm": "B960N128K128M64PNN", "conv": "N512C3HW227F64K11ST4PD0"}
+
+
+class SpecError(ValueError):
+    """A workload spec that does not name a valid operator instance."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One operator instance: `op`, its dimensions in spec order, the matmul layout and dtype."""
+
+    op: str
+    dims: dict[str, int] = field(hash=False)
+    layout: str = "NN"
+    dtype: str = "float32"
+
+    @property
+    def spec(self) -> str:
+        if self.op == "conv":
+            d = self.dims
+            return f"N{d['N']}C{d['C']}HW{d['HW']}F{d['F']}K{d['K']}ST{d['ST']}PD{d['PD']}"
+        return "".join(f"{k}{v}" for k, v in self.dims.items()) + f"P{self.layout}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}/{self.spec}"
+
+    @property
+    def out_hw(self) -> int:
+        """Output height (= width) of a convolution."""
+        d = self.dims
+        return (d["HW"] + 2 * d["PD"] - d["K"]) // d["ST"] + 1
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        d = self.dims
+        if self.op == "mm":
+            return (d["N"], d["M"])
+        if self.op == "bmm":
+            return (d["B"], d["N"], d["M"])
+        return (d["N"], d["F"], self.out_hw, self.out_hw)
+
+    @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """Shapes of the inputs as stored in memory (transposed operands are stored transposed)."""
+        d = self.dims
+        if self.op == "conv":
+            return ((d["N"], d["C"], d["HW"], d["HW"]), (d["F"], d["C"], d["K"], d["K"]))
+        a = (d["K"], d["N"]) if self.layout[0] == "T" else (d["N"], d["K"])
+        b = (d["M"], d["K"]) if self.layout[1] == "T" else (d["K"], d["M"])
+        if self.op == "bmm":
+            return ((d["B"], *a), (d["B"], *b))
+        return (a, b)
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of one run (a multiply-add counts as two)."""
+        d = self.dims
+        if self.op == "conv":
+            return 2 * d["N"] * d["F"] * self.out_hw ** 2 * d["C"] * d["K"] ** 2
+        return 2 * d.get("B", 1) * d["N"] * d["K"] * d["M"]
+
+
+def parse(op: str, spec: str) -> Workload:
+    """Parse `spec` for operator `op`; raise SpecError that says what is wrong."""
+    if op not in OPS:
+        raise SpecError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
+    m = _PATTERNS[op].fullmatch(spec)
+    if m is None:
+        raise SpecError(f"bad {op} spec {spec!r}: expected the form {_EXAMPLES[op]} "
+                        f"(see `python -m trial --help` for the grammar)")
+    groups = m.groupdict()
+    layout = groups.pop("layout", None) or "NN"
+    dims = {k: int(v) for k, v in groups.items()}
+    allowed_zero = {"PD"}
+    for k, v in dims.items():
+        if v <= 0 and k not in allowed_zero:
+            raise SpecError(f"bad {op} spec {spec!r}: {k} must be positive, got {v}")
+    wl = Workload(op, dims, layout if op != "conv" else "NCHW")
+    if op == "conv":
+        if dims["K"] > dims["HW"] + 2 * dims["PD"]:
+            raise SpecError(f"bad conv spec {spec!r}: kernel {dims['K']} is larger than the padded "
+                            f"image {dims['HW'] + 2 * dims['PD']}, so the output size would be <= 0")
+    return wl
