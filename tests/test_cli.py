@@ -1,0 +1,45 @@
+"""`python -m trial` by hand: help, clear usage errors, one JSON line per measurement."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def trial(*args):
+    return subprocess.run([sys.executable, "-m", "trial", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_help_explains_specs_and_nni_use():
+    out = trial("--help").stdout
+    assert "N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>" in out and "under NNI" in out and "wrong_result" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["mm", "N512K1024"], "bad mm spec 'N512K1024'"),
+    (["mm", "N8K8M8", "--params", "{K: 1}"], "--params is not valid JSON"),
+    (["mm", "N8K8M8", "--params", "[1, 2]"], "--params must be a JSON object"),
+    (["mm", "N8K8M8", "--repeat", "2"], "--repeat must be at least 5"),
+])
+def test_usage_errors_are_clear(args, message):
+    p = trial(*args)
+    assert p.returncode == 2 and message in p.stderr
+
+
+def test_by_hand_prints_one_json_line():
+    p = trial("mm", "N32K32M32PNT", "--target", "llvm", "--params",
+              json.dumps({"K": [4, 4, 2], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 2}),
+              "--min-repeat-ms", "1")
+    assert p.returncode == 0, p.stderr
+    (line,) = p.stdout.strip().splitlines()
+    report = json.loads(line)
+    assert set(report) >= {"default", "gflops", "latency_ms", "latency_std_ms", "build_s", "status", "reason",
+                           "target", "device", "params", "parameter_id"}
+    assert report["status"] == "ok" and report["default"] == report["gflops"] > 0
+
+
+def test_a_failing_config_still_exits_zero_with_its_status():
+    p = trial("mm", "N32K32M32", "--target", "llvm", "--params", '{"K": [1, 1, 1]}')
+    assert p.returncode == 0
+    report = json.loads(p.stdout)
+    assert report["status"] == "invalid" and report["default"] == 0.0 and "X: missing" in report["reason"]

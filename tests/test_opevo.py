@@ -1,0 +1,384 @@
+"""OpEvoTuner driven in-process through the NNI 3.0 Tuner API, on a synthetic matmul objective."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import nni
+import pytest
+
+from tuners.base import CHECKPOINT_ENV, RequestQueued, parse_metric
+from tuners.opevo import OpEvoTuner
+from tuners.space import SearchSpace, SpaceError
+
+MATMUL = {
+    "K": {"_type": "factor", "_value": [1024, 3]},
+    "X": {"_type": "factor", "_value": [512, 4]},
+    "Y": {"_type": "factor", "_value": [1024, 4]},
+    "unroll": {"_type": "discrete", "_value": [0, 16, 64, 512]},
+    "vec": {"_type": "choice", "_value": [1, 2, 4]},
+}
+TINY = {
+    "a": {"_type": "factor", "_value": [12, 2]},
+    "b": {"_type": "choice", "_value": ["x", "y"]},
+    "c": {"_type": "perm", "_value": [2]},
+}
+BEST_TILES = {"K": [32, 8, 4], "X": [8, 4, 8, 2], "Y": [4, 16, 4, 4]}
+
+
+def gflops(config: dict) -> float:
+    """A smooth stand-in for kernel speed: peaks at BEST_TILES, falls off with log-distance of the tiles."""
+    distance = sum((math.log2(a) - math.log2(b)) ** 2 for name, best in BEST_TILES.items()
+                   for a, b in zip(config[name], best))
+    unroll = {0: 0.6, 16: 0.8, 64: 1.0, 512: 0.7}[config["unroll"]]
+    vec = {1: 0.5, 2: 0.8, 4: 1.0}[config["vec"]]
+    return 1000.0 * math.exp(-distance / 8) * unroll * vec
+
+
+def ok(value: float) -> dict:
+    return {"default": value, "status": "ok", "reason": "", "params": None, "parameter_id": None}
+
+
+@pytest.fixture(autouse=True)
+def no_checkpoint_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CHECKPOINT_ENV, raising=False)
+
+
+class FakeNNI:
+    """Plays NNI 3.0's dispatcher and manager: fresh ids, st_callback, one request per finished trial."""
+
+    def __init__(self, tuner: OpEvoTuner, objective: Callable[[dict], Any], concurrency: int = 4,
+                 order_seed: int | None = None) -> None:
+        self.tuner = tuner
+        self.objective = objective
+        self.concurrency = concurrency
+        self.order = random.Random(order_seed) if order_seed is not None else None
+        self.next_id = 0
+        self.running: dict[int, dict] = {}
+        self.proposed: list[dict] = []
+        self.values: list[float] = []
+        self.exhausted = False
+
+    def callback(self, parameter_id: int, params: dict) -> None:
+        assert parameter_id not in self.running
+        self.running[parameter_id] = params
+        self.proposed.append(params)
+
+    def request(self, n: int) -> None:
+        ids = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        answered = self.tuner.generate_multiple_parameters(ids, st_callback=self.callback)
+        for pid, params in zip(ids, answered):
+            self.callback(pid, json.loads(json.dumps(params)))
+        if not answered and not self.running:
+            self.exhausted = True
+
+    def finish_one(self) -> None:
+        ids = list(self.running)
+        pid = self.order.choice(ids) if self.order else ids[0]
+        params = self.running.pop(pid)
+        value = self.objective(params)
+        if value is not None:
+            self.tuner.receive_trial_result(pid, params, value)
+            if parse_metric(value) is not None:
+                self.values.append(parse_metric(value))
+        self.tuner.trial_end(pid, value is not None)
+
+    def run(self, budget: int) -> FakeNNI:
+        self.request(self.concurrency)
+        while self.running:
+            self.finish_one()
+            if len(self.proposed) < budget:
+                self.request(1)
+        return self
+
+
+def make_tuner(space: dict = MATMUL, **kwargs: Any) -> OpEvoTuner:
+    tuner = OpEvoTuner(**kwargs)
+    tuner.update_search_space(space)
+    return tuner
+
+
+def keys(space: dict, configs: list[dict]) -> list[tuple]:
+    model = SearchSpace.from_json(space)
+    return [model.key(c) for c in configs]
+
+
+def random_search_best(seed: int, budget: int, objective: Callable[[dict], float], pick=max) -> float:
+    space = SearchSpace.from_json(MATMUL)
+    rng = random.Random(seed)
+    seen: dict[tuple, float] = {}
+    while len(seen) < budget:
+        config = space.sample(rng)
+        seen.setdefault(space.key(config), objective(config))
+    return pick(seen.values())
+
+
+# ---- behaviour as an optimiser ---------------------------------------------------------------------
+
+def test_proposals_are_valid_unique_plain_json() -> None:
+    nni_ = FakeNNI(make_tuner(seed=1), lambda c: ok(gflops(c)), concurrency=6, order_seed=0).run(150)
+    space = SearchSpace.from_json(MATMUL)
+    assert len(nni_.proposed) == 150
+    for config in nni_.proposed:
+        space.validate(config)
+    assert len(set(keys(MATMUL, nni_.proposed))) == 150
+
+
+def test_same_seed_same_run() -> None:
+    def run(seed: int) -> list[dict]:
+        return FakeNNI(make_tuner(seed=seed), lambda c: ok(gflops(c)), order_seed=5).run(80).proposed
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_beats_random_search_maximizing() -> None:
+    budget, seeds = 150, range(6)
+    opevo = [max(FakeNNI(make_tuner(seed=s), lambda c: ok(gflops(c)), order_seed=s).run(budget).values)
+             for s in seeds]
+    rand = [random_search_best(s, budget, gflops) for s in seeds]
+    assert statistics.mean(opevo) > 1.5 * statistics.mean(rand)
+
+
+def test_beats_random_search_minimizing() -> None:
+    def seconds(config: dict) -> float:
+        return 1.0 / gflops(config)
+
+    budget, seeds = 150, range(6)
+    opevo = [min(FakeNNI(make_tuner(optimize_mode="minimize", seed=s), lambda c: ok(seconds(c)),
+                         order_seed=s).run(budget).values) for s in seeds]
+    rand = [random_search_best(s, budget, seconds, pick=min) for s in seeds]
+    assert statistics.mean(opevo) < statistics.mean(rand) / 1.5
+
+
+@pytest.mark.parametrize("mode", ["maximize", "minimize"])
+def test_parents_are_the_fittest_in_either_mode(mode: str) -> None:
+    tuner = make_tuner(TINY, optimize_mode=mode, parents_size=3, offspring_size=24, seed=0)
+    params = tuner.generate_multiple_parameters(list(range(6)))
+    values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0]
+    for pid, (config, value) in enumerate(zip(params, values)):
+        tuner.receive_trial_result(pid, config, ok(value))
+    expected = [9.0, 7.0, 5.0] if mode == "maximize" else [1.0, 2.0, 3.0]
+    assert [v for _, v in tuner.parents()] == expected
+    assert [c for c, _ in tuner.parents()] == [params[values.index(v)] for v in expected]
+
+
+def test_selection_weights_follow_fitness() -> None:
+    assert make_tuner(optimize_mode="maximize")._weights([8.0, 2.0]) == [8.0, 2.0]
+    assert make_tuner(optimize_mode="minimize")._weights([0.5, 2.0]) == [2.0, 0.5]
+    assert make_tuner(optimize_mode="minimize")._weights([-3.0, 1.0, 4.0]) == [3.0, 2.0, 1.0]
+
+
+def test_offspring_come_from_parents() -> None:
+    # With mutation off every parameter of an offspring is inherited from one of the (equally fit) parents.
+    tuner = make_tuner(parents_size=2, offspring_size=8, mutate_rate=0.0, seed=2)
+    first = tuner.generate_multiple_parameters([0, 1])
+    for pid, config in enumerate(first):
+        tuner.receive_trial_result(pid, config, ok(10.0))
+    children = tuner.generate_multiple_parameters(list(range(2, 6)))
+    assert len(children) == 4
+    for child in children:
+        assert all(child[name] in (first[0][name], first[1][name]) for name in MATMUL)
+        assert child not in first
+
+
+# ---- NNI protocol ----------------------------------------------------------------------------------
+
+def test_tiny_space_is_exhausted_after_each_config_once() -> None:
+    space = SearchSpace.from_json(TINY)
+    assert space.size == 24
+
+    def objective(config: dict) -> Any:
+        if config["b"] == "y" and config["c"] == [1, 0]:
+            return {"default": None, "status": "compile_error", "reason": "boom"}
+        return ok(float(config["a"][0]))
+
+    tuner = make_tuner(TINY, parents_size=3, offspring_size=4, seed=0)
+    nni_ = FakeNNI(tuner, objective, concurrency=4, order_seed=1)
+    nni_.request(4)
+    while not nni_.exhausted:
+        if nni_.running:
+            nni_.finish_one()
+        nni_.request(1)
+    assert sorted(keys(TINY, nni_.proposed)) == sorted(space.key(c) for c in space.values())
+    with pytest.raises(nni.NoMoreTrialError) as info:
+        tuner.generate_parameters(999, st_callback=nni_.callback)
+    assert not isinstance(info.value, RequestQueued)
+    assert tuner.generate_multiple_parameters([1000, 1001], st_callback=nni_.callback) == []
+
+
+def test_exhaustion_while_trials_are_in_flight() -> None:
+    tuner = make_tuner({"v": {"_type": "choice", "_value": [1, 2, 3]}}, parents_size=1, offspring_size=8)
+    assert len(tuner.generate_multiple_parameters([0, 1, 2, 3, 4])) == 3
+    with pytest.raises(nni.NoMoreTrialError):
+        tuner.generate_parameters(5)
+
+
+def test_queued_requests_are_answered_through_st_callback() -> None:
+    sent: list[tuple[int, dict]] = []
+    tuner = make_tuner(offspring_size=2, seed=0)
+    first = tuner.generate_multiple_parameters([0, 1, 2], st_callback=lambda pid, p: sent.append((pid, p)))
+    assert len(first) == 2 and sent == []
+    with pytest.raises(RequestQueued):
+        tuner.generate_parameters(3)
+    tuner.receive_trial_result(0, first[0], ok(10.0))
+    assert [pid for pid, _ in sent] == [2]
+    tuner.trial_end(0, True)
+    tuner.trial_end(1, False)
+    assert [pid for pid, _ in sent] == [2, 3]
+    configs = first + [p for _, p in sent]
+    assert len(set(keys(MATMUL, configs))) == 4
+    assert tuner.num_pending == 2
+
+
+def test_failed_trials_are_not_reproposed_nor_parents() -> None:
+    def objective(config: dict) -> Any:
+        if config["vec"] == 4:
+            # A failure that claims a huge metric must still not become a parent.
+            return {"default": 1e9, "status": "compile_error", "reason": "too many registers"}
+        if config["unroll"] == 512:
+            return None  # the trial crashed without reporting
+        return ok(gflops(config))
+
+    tuner = make_tuner(seed=4, parents_size=4, offspring_size=4)
+    nni_ = FakeNNI(tuner, objective, order_seed=2).run(200)
+    assert len(set(keys(MATMUL, nni_.proposed))) == len(nni_.proposed) == 200
+    failed = [c for c, v in tuner.history() if v is None]
+    assert any(c["vec"] == 4 for c in failed) and any(c["unroll"] == 512 for c in failed)
+    assert all(c["vec"] != 4 and c["unroll"] != 512 for c, _ in tuner.parents())
+    assert len(tuner.parents()) == 4
+    assert all(v is not None for _, v in tuner.measured())
+
+
+def test_results_are_paired_by_parameter_id() -> None:
+    tuner = make_tuner(parents_size=8, seed=0)
+    a, b = tuner.generate_multiple_parameters([0, 1])
+    tuner.receive_trial_result(0, b, ok(5.0))  # NNI handed over the wrong parameters
+    assert tuner.measured() == [(a, 5.0)]
+    tuner.receive_trial_result(0, b, ok(6.0))  # the same id reporting twice changes nothing
+    assert tuner.measured() == [(a, 5.0)]
+    tuner.receive_trial_result(1, a, 7.0)  # a plain number is accepted too
+    assert tuner.measured() == [(a, 5.0), (b, 7.0)]
+
+
+def test_result_after_trial_end_upgrades_the_failure() -> None:
+    tuner = make_tuner(seed=0)
+    (a,) = tuner.generate_multiple_parameters([0])
+    tuner.trial_end(0, True)
+    assert tuner.history() == [(a, None)]
+    tuner.receive_trial_result(0, a, ok(3.0))
+    assert tuner.history() == [(a, 3.0)]
+
+
+def test_parse_metric() -> None:
+    assert parse_metric(3) == 3.0
+    assert parse_metric({"default": 2, "status": "ok"}) == 2.0
+    assert parse_metric({"default": 2}) == 2.0
+    for failed in ({"default": 2, "status": "timeout"}, {"status": "ok"}, {"default": "fast"},
+                   float("nan"), float("inf"), True, None, "12"):
+        assert parse_metric(failed) is None
+
+
+def test_concurrent_results_and_trial_ends() -> None:
+    tuner = make_tuner(offspring_size=64, seed=0)
+    lock = threading.Lock()
+    proposed: list[dict] = []
+
+    def callback(pid: int, params: dict) -> None:
+        with lock:
+            proposed.append(params)
+
+    ids = list(range(64))
+    proposed += tuner.generate_multiple_parameters(ids, st_callback=callback)
+    errors: list[BaseException] = []
+
+    def worker(part: list[int], end: bool) -> None:
+        try:
+            for pid in part:
+                if end:
+                    tuner.trial_end(pid, True)
+                else:
+                    tuner.receive_trial_result(pid, proposed[pid], ok(gflops(proposed[pid])))
+                    answered = tuner.generate_multiple_parameters([1000 + pid], st_callback=callback)
+                    with lock:
+                        proposed.extend(answered)
+        except BaseException as e:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(ids[i::4], end)) for i in range(4) for end in (False, True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(proposed) == 128
+    assert len(set(keys(MATMUL, proposed))) == 128
+    assert len(tuner.measured()) == 64 and tuner.num_pending == 64
+
+
+# ---- resume ----------------------------------------------------------------------------------------
+
+def test_resumed_tuner_does_not_repropose(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CHECKPOINT_ENV, str(tmp_path))
+    before = FakeNNI(make_tuner(seed=0), lambda c: ok(gflops(c)) if c["vec"] != 1 else None, order_seed=0)
+    before.request(4)
+    for _ in range(40):
+        before.finish_one()
+        before.request(1)
+    assert len(before.running) == 4
+    state = json.loads((tmp_path / "OpEvoTuner.state.json").read_text())
+    assert len(state["records"]) == 44
+
+    # A new process: same experiment directory, parameter ids restart at 0.
+    resumed = make_tuner(seed=0)
+    restored = resumed.history()
+    assert len(restored) == 44
+    assert sorted(v for _, v in restored if v is not None) == sorted(before.values)
+    assert resumed.parents()
+    after = FakeNNI(resumed, lambda c: ok(gflops(c)), order_seed=1).run(200)
+    assert not set(keys(MATMUL, after.proposed)) & set(keys(MATMUL, before.proposed))
+
+
+def test_import_data_alone_prevents_reproposals() -> None:
+    source = make_tuner(seed=0, offspring_size=30)
+    earlier = source.generate_multiple_parameters(list(range(30)))
+    data = [{"parameter": c, "value": ok(gflops(c)) if i % 3 else {"default": 0, "status": "timeout"}}
+            for i, c in enumerate(earlier)]
+    data.append({"parameter": {"K": [1, 1, 1]}, "value": 1.0})  # from another search space: ignored
+    resumed = make_tuner(seed=0)
+    resumed.import_data(data)
+    assert len(resumed.history()) == 30
+    assert len(resumed.measured()) == 20
+    after = FakeNNI(resumed, lambda c: ok(gflops(c))).run(150)
+    assert not set(keys(MATMUL, after.proposed)) & set(keys(MATMUL, earlier))
+
+
+# ---- classArgs ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"optimize_mode": "max"}, "optimize_mode"),
+    ({"parents_size": 0}, "parents_size"),
+    ({"parents_size": 2.5}, "parents_size"),
+    ({"offspring_size": -1}, "offspring_size"),
+    ({"offspring_size": True}, "offspring_size"),
+    ({"mutate_rate": 1.0}, "mutate_rate"),
+    ({"mutate_rate": -0.1}, "mutate_rate"),
+    ({"mutate_rate": "0.5"}, "mutate_rate"),
+    ({"seed": "7"}, "seed"),
+])
+def test_bad_class_args(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        OpEvoTuner(**kwargs)
+
+
+def test_bad_search_space_is_rejected() -> None:
+    with pytest.raises(SpaceError, match="tile: unknown _type"):
+        OpEvoTuner().update_search_space({"tile": {"_type": "randint", "_value": [0, 4]}})
+    with pytest.raises(RuntimeError, match="update_search_space"):
+        OpEvoTuner().generate_parameters(0)

@@ -1,0 +1,101 @@
+"""The measure path on the CPU: every op and layout verifies; each kind of failure gets its status."""
+import random
+
+import pytest
+
+from trial import build, templates
+from trial.measure import Options, measure
+from trial.target import DeviceLimits, Target
+from trial.workload import parse
+from tuners.space import SearchSpace
+
+FAST = Options(target="llvm", repeat=5, min_repeat_ms=1)
+
+SMALL = [("mm", f"N48K32M40P{lay}") for lay in ("NN", "NT", "TN", "TT")] + \
+        [("bmm", f"B3N16K24M32P{lay}") for lay in ("NN", "NT", "TN", "TT")] + \
+        [("conv", "N2C3HW17F8K3ST2PD1"), ("conv", "N1C5HW9F6K3ST1PD0")]
+
+
+@pytest.mark.parametrize("op,spec", SMALL)
+def test_every_op_and_layout_verifies(op, spec):
+    r = measure(parse(op, spec), None, FAST)
+    assert r.status == "ok", r.reason
+    assert r.gflops > 0 and r.latency_ms > 0 and r.latency_std_ms >= 0 and r.build_s > 0
+    assert r.target.startswith("llvm") and r.device.endswith("#0")
+
+
+@pytest.mark.parametrize("op,spec", [("mm", "N32K24M16PTN"), ("bmm", "B4N8K12M16PNT"), ("conv", "N2C4HW10F6K3ST2PD1")])
+def test_random_configs_verify(op, spec):
+    """Configs drawn from the whole search space build and compute the right answer."""
+    wl = parse(op, spec)
+    space = SearchSpace.from_json(templates.load(op).search_space(wl))
+    rng = random.Random(7)
+    for _ in range(3):
+        params = space.sample(rng)
+        r = measure(wl, params, FAST)
+        assert r.status == "ok", (params, r.reason)
+        assert r.params == params
+
+
+def test_knobs_outside_the_space_are_invalid():
+    r = measure(parse("mm", "N64K64M64"), {"K": [4, 4, 2], "X": [1, 1, 8, 8], "Y": [1, 1, 8, 8],
+                                            "unroll": 0, "vec": 1}, FAST)
+    assert r.status == "invalid"
+    assert "K: factors [4, 4, 2] multiply to 32, expected 64" in r.reason
+    assert r.build_s is None  # rejected before compiling
+
+
+GPU = Target("cuda", {"kind": "cuda", "arch": "sm_90"}, "test GPU", 1,
+             DeviceLimits(max_threads_per_block=1024, max_thread_dims=(1024, 1024, 64),
+                          max_shared_memory_per_block=48 * 1024, max_registers_per_block=65536,
+                          max_registers_per_thread=255, warp_size=32))
+
+
+@pytest.mark.parametrize("op,spec,change,message", [
+    ("mm", "N2048K64M2048", {"X": [1, 1, 64, 32], "Y": [1, 1, 32, 64]}, "2048 threads per block > device limit 1024"),
+    ("mm", "N2048K2048M2048", {"K": [1, 64, 32], "X": [16, 1, 8, 16], "Y": [16, 1, 8, 16]},
+     "bytes of shared memory per block > device limit 49152"),
+    ("mm", "N2048K64M2048", {"X": [128, 1, 1, 16], "Y": [64, 1, 1, 32]}, "registers per thread > device limit 255"),
+    ("conv", "N1C8HW16F128K3ST1PD1", {"tile_f": [1, 1, 128, 1], "tile_y": [16, 1, 1, 1], "tile_x": [16, 1, 1, 1]},
+     "threadIdx.z extent 128 > device limit 64"),
+])
+def test_knobs_beyond_gpu_limits_are_invalid(op, spec, change, message):
+    wl = parse(op, spec)
+    template = templates.load(op)
+    params = {**template.default_params(wl, True), **change}
+    with pytest.raises(build.InvalidConfig, match=message):
+        build.check(wl, template, params, GPU)
+
+
+@pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024PTN"), ("bmm", "B960N128K64M128PNT"),
+                                     ("conv", "N512C3HW227F64K11ST4PD0"), ("conv", "N512C64HW27F192K5ST1PD2")])
+def test_gpu_schedules_lower_to_cuda(op, spec):
+    """The GPU schedules pass TVM's lowering and CUDA code generation without a GPU present."""
+    wl = parse(op, spec)
+    template = templates.load(op)
+    params = template.default_params(wl, True)
+    build.check(wl, template, params, GPU)
+    lib = build.build(wl, template, params, GPU)
+    source = lib.mod.imports[0].inspect_source()
+    assert "__global__" in source and "__shared__" in source
+
+
+@pytest.mark.parametrize("template,options,status,reason", [
+    ("Hang", {"run_timeout_s": 4}, "timeout", "kernel run exceeded 4 s"),
+    ("SlowBuild", {"build_timeout_s": 4}, "timeout", "build exceeded 4 s"),
+    ("Crash", {}, "runtime_error", "killed by SIGABRT"),
+    ("CompileError", {}, "compile_error", "InternalError"),
+    ("ScheduleError", {}, "compile_error", "not a data parallel block iter"),
+    ("Wrong", {}, "wrong_result", "differ from the float64 reference"),
+])
+def test_failures_get_their_status(template, options, status, reason):
+    opts = Options(**{**FAST.__dict__, "template": f"faulty_templates:{template}", **options})
+    r = measure(parse("mm", "N16K16M16"), None, opts)
+    assert r.status == status
+    assert reason in r.reason
+    assert r.report(7)["default"] == 0.0 and r.report(7)["parameter_id"] == 7
+
+
+def test_missing_target_is_reported():
+    r = measure(parse("mm", "N16K16M16"), None, Options(target="rocm"))
+    assert r.status == "invalid" and "no ROCM device" in r.reason

@@ -1,0 +1,99 @@
+"""python -m trial <op> <spec>: build, verify and time one kernel configuration.
+
+Under NNI (the experiment's trialCommand) the knob values come from nni.get_next_parameter() and
+the result goes to nni.report_final_result(); by hand they come from --params (default: the
+template's hand-picked config) and the result is printed as one JSON line.  A configuration that
+fails (invalid, compile_error, runtime_error, timeout, wrong_result) is a result too: it is
+reported with default 0 and the process exits 0, so NNI never pairs a failure with other params.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from .measure import Options, measure
+from .target import KINDS
+from .workload import SpecError, parse
+
+EPILOG = """\
+specs (all numbers positive; layout letters are N or T for A then B, default PNN):
+  mm    N<n>K<k>M<m>[P<layout>]            e.g. N512K1024M1024, N512K1024M1024PNT
+  bmm   B<b>N<n>K<k>M<m>[P<layout>]        e.g. B960N128K128M64PTN
+  conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>   e.g. N512C3HW227F64K11ST4PD0 (NCHW, square image/kernel)
+
+by hand:   python -m trial mm N512K1024M1024 --params '{"K": [128, 8, 1], "X": [4, 2, 16, 4], ...}'
+under NNI: trialCommand: python -m trial mm N512K1024M1024   (knobs from the tuner)
+
+The result is {"default": gflops, "gflops", "latency_ms", "latency_std_ms", "build_s", "status",
+"reason", "target", "device", "params", "parameter_id"}; status is one of ok, invalid,
+compile_error, runtime_error, timeout, wrong_result.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m trial", description=__doc__.split("\n\n")[0],
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("op", choices=["mm", "bmm", "conv"], help="operator")
+    p.add_argument("spec", help="shape spec, see below")
+    p.add_argument("--params", help="knob values as a JSON object (default: under NNI, the tuner's; "
+                                    "else the hand-picked config)")
+    p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"),
+                   help="where to build and run (default: $OPEVO_TARGET or auto: CUDA, then ROCm, then CPU)")
+    p.add_argument("--build-timeout", type=float, default=120.0, help="seconds (default 120)")
+    p.add_argument("--run-timeout", type=float, default=60.0, help="seconds for verify + timing (default 60)")
+    p.add_argument("--repeat", type=int, default=5, help="timed repeats, at least 5 (default 5)")
+    p.add_argument("--min-repeat-ms", type=int, default=40, help="minimum length of a repeat (default 40)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and checked outputs")
+    p.add_argument("--template", help=argparse.SUPPRESS)
+    return p
+
+
+def _params_arg(p: argparse.ArgumentParser, text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        p.error(f"--params is not valid JSON: {err}")
+    if not isinstance(value, dict):
+        p.error(f"--params must be a JSON object of knob values, got {type(value).__name__}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.repeat < 5:
+        p.error("--repeat must be at least 5")
+    params = _params_arg(p, args.params)
+    under_nni = params is None and os.environ.get("NNI_PLATFORM") not in (None, "unittest")
+    parameter_id = None
+    if under_nni:
+        import nni
+        import nni.trial
+
+        params = nni.get_next_parameter()
+        parameter_id = nni.trial._params["parameter_id"] if nni.trial._params else None
+    try:
+        wl = parse(args.op, args.spec)
+    except SpecError as err:
+        if not under_nni:
+            p.error(str(err))
+        report = {"default": 0.0, "status": "invalid", "reason": str(err), "params": params,
+                  "parameter_id": parameter_id}
+    else:
+        options = Options(target=args.target, build_timeout_s=args.build_timeout,
+                          run_timeout_s=args.run_timeout, repeat=args.repeat,
+                          min_repeat_ms=args.min_repeat_ms, seed=args.seed, template=args.template)
+        report = measure(wl, params, options).report(parameter_id)
+    print(json.dumps(report), flush=True)
+    if under_nni:
+        nni.report_final_result(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Measure one knob configuration: check, build, run, verify and time it in a child process.
+
+The supervising process never imports TVM or touches a GPU; the child does all of that and reports
+each stage it reaches over a pipe, so the parent can apply the build timeout, wait (without a
+deadline) while another trial holds the device, apply the run timeout, and turn a crash of the
+child into a status.  Statuses: ok, invalid, compile_error, runtime_error, timeout, wrong_result.
+The nnictl trial and the benchmarks share this one path.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .workload import Workload
+
+STATUSES = ("ok", "invalid", "compile_error", "runtime_error", "timeout", "wrong_result")
+_REASON_CHARS = 600
+
+
+@dataclass(frozen=True)
+class Options:
+    target: str = "auto"
+    build_timeout_s: float = 120.0
+    run_timeout_s: float = 60.0
+    repeat: int = 5
+    min_repeat_ms: int = 40
+    seed: int = 0
+    template: str | None = None  # "module[:attr]" replacing the op's template (see templates.load)
+
+
+@dataclass
+class MeasureResult:
+    status: str
+    reason: str = ""
+    params: dict[str, Any] | None = None
+    gflops: float = 0.0
+    latency_ms: float | None = None
+    latency_std_ms: float | None = None
+    build_s: float | None = None
+    target: str = ""
+    device: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def report(self, parameter_id: Any = None) -> dict[str, Any]:
+        """The metric dict a trial reports to NNI ("default" is what tuners optimise)."""
+        out = {"default": self.gflops, **{k: v for k, v in asdict(self).items() if k != "extra"}}
+        out["parameter_id"] = parameter_id
+        return out
+
+
+def _reason(err: BaseException) -> str:
+    """The informative tail of an exception: TVM errors carry long C++ tracebacks first."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^"))]
+    text = " | ".join(lines[-4:]) or type(err).__name__
+    text = f"{type(err).__name__}: {text}"
+    return text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS - 3] + "..."
+
+
+def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Options) -> None:
+    os.dup2(2, 1)  # keep the parent's stdout for its one JSON line
+    from . import build, devicelock, run, templates
+    from .target import TargetError, resolve
+    from .workload import parse
+
+    def finish(status: str, reason: str = "", **metrics: Any) -> None:
+        conn.send(("result", {"status": status, "reason": reason, **metrics}))
+
+    wl = parse(op, spec)
+    template = templates.load(op, options.template)
+    try:
+        target = resolve(options.target)
+    except TargetError as err:
+        return finish("invalid", str(err))
+    if params is None:
+        params = template.default_params(wl, target.is_gpu)
+    arch = target.target.get("arch") or target.target.get("mcpu", "")
+    conn.send(("target", {"target": f"{target.kind} {arch}".strip(), "params": params}))
+    try:
+        build.check(wl, template, params, target)
+    except build.InvalidConfig as err:
+        return finish("invalid", str(err))
+    start = time.perf_counter()
+    try:
+        lib = build.build(wl, template, params, target)
+    except Exception as err:  # any failure to schedule or compile is this config's compile error
+        return finish("compile_error", _reason(err))
+    conn.send(("built", time.perf_counter() - start))
+    with devicelock.acquire(target.kind, target.num_devices) as index:
+        conn.send(("running", f"{target.device_name} #{index}"))
+        try:
+            timing = run.run(wl, lib, target.device(index), options.repeat, options.min_repeat_ms, options.seed)
+        except run.WrongResult as err:
+            return finish("wrong_result", str(err))
+        except Exception as err:
+            return finish("runtime_error", _reason(err))
+    finish("ok", gflops=wl.flops / timing.median_s / 1e9, latency_ms=timing.median_s * 1e3,
+           latency_std_ms=timing.std_s * 1e3, extra={"repeats_ms": [r * 1e3 for r in timing.repeats]})
+
+
+def _stop(proc: mp.process.BaseProcess) -> None:
+    proc.kill()
+    proc.join(5)
+
+
+def _death(proc: mp.process.BaseProcess) -> str:
+    proc.join(5)
+    code = proc.exitcode
+    if code is not None and code < 0:
+        return f"measuring process killed by {signal.Signals(-code).name}"
+    return f"measuring process exited with code {code} before reporting"
+
+
+def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Options()) -> MeasureResult:
+    """Measure `params` (None: the template's hand-picked config) for `wl`; never raises for a bad config."""
+    ctx = mp.get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(sender, wl.op, wl.spec, params, options), daemon=True)
+    proc.start()
+    sender.close()
+    result = MeasureResult("runtime_error", params=params)
+    stage, deadline = "build", time.monotonic() + options.build_timeout_s
+    try:
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not receiver.poll(wait):
+                _stop(proc)
+                limit = options.build_timeout_s if stage == "build" else options.run_timeout_s
+                result.status = "timeout"
+                result.reason = f"{'build' if stage == 'build' else 'kernel run'} exceeded {limit:g} s; killed"
+                return result
+            try:
+                kind, payload = receiver.recv()
+            except EOFError:
+                result.status = "compile_error" if stage == "build" else "runtime_error"
+                result.reason = f"{_death(proc)} during {stage}"
+                return result
+            if kind == "target":
+                result.target, result.params = payload["target"], payload["params"]
+            elif kind == "built":
+                result.build_s, stage, deadline = payload, "lock", None
+            elif kind == "running":
+                result.device, stage = payload, "run"
+                deadline = time.monotonic() + options.run_timeout_s
+            else:
+                for key, value in payload.items():
+                    setattr(result, key, value)
+                return result
+    finally:
+        receiver.close()
+        if proc.is_alive():
+            proc.join(10)
+            if proc.is_alive():
+                _stop(proc)

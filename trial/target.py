@@ -1,0 +1,106 @@
+"""Where kernels run: a TVM target plus the limits of the device behind it.
+
+`resolve("auto")` takes a CUDA GPU if one is present (arch from the device, e.g. sm_90), else a ROCm
+GPU, else the host CPU through LLVM.  Querying a GPU creates a driver context, so only the measuring
+child process calls this, never the trial's supervising parent.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import tvm
+
+KINDS = ("auto", "cuda", "rocm", "llvm")
+_MAX_REGISTERS_PER_BLOCK = 9  # TVM's DeviceAttrKind::kMaxRegistersPerBlock
+
+
+class TargetError(RuntimeError):
+    """The requested target has no device on this machine."""
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    max_threads_per_block: int
+    max_thread_dims: tuple[int, int, int]
+    max_shared_memory_per_block: int
+    max_registers_per_block: int
+    max_registers_per_thread: int
+    warp_size: int
+
+
+@dataclass(frozen=True)
+class Target:
+    """A kind (cuda/rocm/llvm), the TVM target dict and, for GPUs, how many devices and their limits."""
+
+    kind: str
+    target: dict[str, Any]
+    device_name: str
+    num_devices: int
+    limits: DeviceLimits | None
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind in ("cuda", "rocm")
+
+    def device(self, index: int = 0) -> tvm.runtime.Device:
+        return {"cuda": tvm.cuda, "rocm": tvm.rocm, "llvm": tvm.cpu}[self.kind](index)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "target": self.target, "device_name": self.device_name,
+                "num_devices": self.num_devices, "limits": asdict(self.limits) if self.limits else None}
+
+
+def _count(make_device) -> int:
+    n = 0
+    while make_device(n).exist:
+        n += 1
+    return n
+
+
+def _gpu_limits(dev: tvm.runtime.Device) -> DeviceLimits:
+    dims = dev.max_thread_dimensions
+    regs = dev._GetDeviceAttr(dev.dlpack_device_type(), dev.index, _MAX_REGISTERS_PER_BLOCK) or 65536
+    return DeviceLimits(dev.max_threads_per_block, tuple(dims), dev.max_shared_memory_per_block,
+                        int(regs), 255, dev.warp_size)
+
+
+def _cuda() -> Target | None:
+    n = _count(tvm.cuda)
+    if n == 0:
+        return None
+    dev = tvm.cuda(0)
+    arch = "sm_" + dev.compute_version.replace(".", "")
+    return Target("cuda", {"kind": "cuda", "arch": arch}, dev.device_name, n, _gpu_limits(dev))
+
+
+def _rocm() -> Target | None:
+    n = _count(tvm.rocm)
+    if n == 0:
+        return None
+    dev = tvm.rocm(0)
+    gcn = dev._GetDeviceAttr(dev.dlpack_device_type(), 0, 10)  # kGcnArch, e.g. 908 -> gfx908
+    target = {"kind": "rocm", "mcpu": f"gfx{gcn}"} if gcn else {"kind": "rocm"}
+    return Target("rocm", target, dev.device_name or "AMD GPU", n, _gpu_limits(dev))
+
+
+def _llvm() -> Target:
+    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    return Target("llvm", {"kind": "llvm", "mcpu": cpu}, f"cpu {cpu}", 1, None)
+
+
+def resolve(kind: str = "auto") -> Target:
+    """The target for `kind` (one of KINDS); TargetError if that kind has no device here."""
+    if kind not in KINDS:
+        raise TargetError(f"unknown target {kind!r}: expected one of {', '.join(KINDS)}")
+    if kind == "llvm":
+        return _llvm()
+    probes = {"cuda": [_cuda], "rocm": [_rocm], "auto": [_cuda, _rocm]}[kind]
+    for probe in probes:
+        found = probe()
+        if found is not None:
+            return found
+    if kind == "auto":
+        return _llvm()
+    raise TargetError(f"target {kind!r} requested but no {kind.upper()} device is visible "
+                      f"(TVM found none; check the driver and that this TVM build supports {kind})")

@@ -1,0 +1,23 @@
+"""Operator templates: each module turns a Workload and knob values into a scheduled TensorIR module.
+
+A template module provides
+  search_space(wl) -> dict              the knobs, in the shared search-space JSON format
+  default_params(wl, gpu) -> dict       a hand-picked config
+  prim_func(wl) -> PrimFunc             the computation (te compute -> create_prim_func)
+  schedule(wl, params, gpu) -> IRModule the scheduled kernel for a GPU or the CPU
+  resources(wl, params) -> dict         threads, thread_dims (x, y, z), shared_bytes,
+                                        registers_per_thread of one GPU thread block
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+BY_OP = {"mm": "trial.templates.matmul", "bmm": "trial.templates.matmul", "conv": "trial.templates.conv2d"}
+
+
+def load(op: str, name: str | None = None) -> Any:
+    """The template module for `op`, or the one `name` gives instead ("pkg.module" or "pkg.module:attr")."""
+    module, _, attr = (name or BY_OP[op]).partition(":")
+    found = importlib.import_module(module)
+    return getattr(found, attr) if attr else found

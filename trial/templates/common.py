@@ -1,0 +1,54 @@
+"""Scheduling steps and knob helpers shared by the operator templates."""
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import s_tir
+
+
+def factor_knob(length: int, parts: int) -> dict[str, Any]:
+    return {"_type": "factor", "_value": [length, parts]}
+
+
+def greedy_split(length: int, inner_wishes: list[int]) -> list[int]:
+    """Split `length` into 1 + len(inner_wishes) exact factors, outermost first.
+
+    Inner parts are filled innermost first, each the largest divisor of what remains that does not
+    exceed its wish; the outermost part takes the rest.  Used to derive hand-picked defaults for any shape.
+    """
+    rest, inner = length, []
+    for wish in reversed(inner_wishes):
+        f = max(d for d in range(1, min(wish, rest) + 1) if rest % d == 0)
+        inner.append(f)
+        rest //= f
+    return [rest, *reversed(inner)]
+
+
+def unroll(sch: s_tir.Schedule, loop, max_step: int, explicit: bool = True) -> None:
+    """Ask TVM to unroll loops below `loop` up to `max_step` iterations (0 leaves loops alone)."""
+    if max_step:
+        sch.annotate(loop, "pragma_auto_unroll_max_step", max_step)
+        sch.annotate(loop, "pragma_unroll_explicit", int(explicit))
+
+
+def cooperative_fetch(sch: s_tir.Schedule, block, depth: int, threads: list[tuple[str, int]],
+                      vec: int = 1) -> None:
+    """Spread the copy done by `block` (its loops below the first `depth`) over the block's threads.
+
+    Consecutive threads take consecutive elements of the copied tile, `vec` elements at a time,
+    so global loads coalesce and can use vector instructions.
+    """
+    fused = sch.fuse(*sch.get_loops(block)[depth:])
+    factors = [None] + [n for _, n in threads] + ([vec] if vec > 1 else [])
+    parts = sch.split(fused, factors)
+    for loop, (axis, _) in zip(parts[1:], threads):
+        sch.bind(loop, axis)
+    if vec > 1:
+        sch.vectorize(parts[-1])
+
+
+def prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out

@@ -1,0 +1,120 @@
+"""Direct NCHW conv2d: out[n, f, y, x] = sum_{rc, ry, rx} pad(data)[n, rc, y*S + ry, x*S + rx] * w[f, rc, ry, rx].
+
+Knobs (those of the original OpEvo study):
+  tile_f, tile_y, tile_x     factor [F | OH | OW, 4]  output filters / rows / columns: block,
+                             virtual thread, thread, inner
+  tile_rc, tile_ry, tile_rx  factor [C | K | K, 2]    reduction over channels / kernel rows /
+                             kernel columns: outer (shared-memory stage), inner
+  auto_unroll_max_step       discrete [0, 125, 256]   auto-unroll budget (0 = off)
+  unroll_explicit            choice [0, 1]            unroll in TIR (1) or leave it to the compiler (0)
+
+GPU: each thread block owns a tile of the output; per (rc, ry, rx) outer step it stages the input
+window and the filter slice it needs in shared memory (padding folded into the load) and each thread
+accumulates tile_f[1]*tile_f[3] x tile_y[1]*tile_y[3] x tile_x[1]*tile_x[3] outputs in registers.
+CPU: the same tiles; (n, f, y) outer tiles run in parallel, the tile_x[3] columns are vectorised.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import s_tir, te
+
+from ..workload import Workload
+from .common import cooperative_fetch, factor_knob, greedy_split, prod, unroll
+
+UNROLL_STEPS = [0, 125, 256]
+
+
+def search_space(wl: Workload) -> dict[str, Any]:
+    d, out = wl.dims, wl.out_hw
+    return {"tile_f": factor_knob(d["F"], 4), "tile_y": factor_knob(out, 4),
+            "tile_x": factor_knob(out, 4), "tile_rc": factor_knob(d["C"], 2),
+            "tile_ry": factor_knob(d["K"], 2), "tile_rx": factor_knob(d["K"], 2),
+            "auto_unroll_max_step": {"_type": "discrete", "_value": UNROLL_STEPS},
+            "unroll_explicit": {"_type": "choice", "_value": [0, 1]}}
+
+
+def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
+    """A hand-picked config: about 256 threads of 2x2 filters each on GPUs, 8-wide rows on CPUs."""
+    d, out = wl.dims, wl.out_hw
+    if gpu:
+        tiles = {"tile_f": greedy_split(d["F"], [2, 8, 2]), "tile_y": greedy_split(out, [1, 8, 1]),
+                 "tile_x": greedy_split(out, [1, 16, 1])}
+    else:
+        tiles = {"tile_f": greedy_split(d["F"], [1, 1, 4]), "tile_y": greedy_split(out, [1, 1, 1]),
+                 "tile_x": greedy_split(out, [1, 1, 8])}
+    return {**tiles, "tile_rc": greedy_split(d["C"], [8]), "tile_ry": [d["K"], 1],
+            "tile_rx": [1, d["K"]], "auto_unroll_max_step": 256 if gpu else 125, "unroll_explicit": 1}
+
+
+def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
+    d = wl.dims
+    s, pad_width, size = d["ST"], d["PD"], d["HW"]
+    data = te.placeholder(wl.input_shapes[0], wl.dtype, name="data")
+    weight = te.placeholder(wl.input_shapes[1], wl.dtype, name="weight")
+    padded = data
+    if pad_width:
+        def pad_value(n, c, y, x):
+            inside = tvm.tirx.all(y >= pad_width, y < size + pad_width, x >= pad_width, x < size + pad_width)
+            return tvm.tirx.if_then_else(inside, data[n, c, y - pad_width, x - pad_width],
+                                        tvm.tirx.const(0, wl.dtype))
+        padded = te.compute((d["N"], d["C"], size + 2 * pad_width, size + 2 * pad_width), pad_value, name="pad")
+    rc = te.reduce_axis((0, d["C"]), name="rc")
+    ry = te.reduce_axis((0, d["K"]), name="ry")
+    rx = te.reduce_axis((0, d["K"]), name="rx")
+    out = te.compute(wl.output_shape,
+                     lambda n, f, y, x: te.sum(padded[n, rc, y * s + ry, x * s + rx] * weight[f, rc, ry, rx],
+                                               axis=[rc, ry, rx]), name="conv")
+    return te.create_prim_func([data, weight, out])
+
+
+def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
+    """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread."""
+    f, y, x = p["tile_f"], p["tile_y"], p["tile_x"]
+    rc, ry, rx = p["tile_rc"][1], p["tile_ry"][1], p["tile_rx"][1]
+    s = wl.dims["ST"]
+    item = tvm.DataType(wl.dtype).bits // 8
+    window = rc * ((prod(y[1:]) - 1) * s + ry) * ((prod(x[1:]) - 1) * s + rx)
+    filters = prod(f[1:]) * rc * ry * rx
+    accumulators = f[1] * f[3] * y[1] * y[3] * x[1] * x[3]
+    return {"threads": f[2] * y[2] * x[2], "thread_dims": (x[2], y[2], f[2]),
+            "shared_bytes": (window + filters) * item, "registers_per_thread": accumulators + 16}
+
+
+def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
+    sch = s_tir.Schedule(prim_func(wl))
+    if wl.dims["PD"]:
+        sch.compute_inline(sch.get_sblock("pad"))
+    conv = sch.get_sblock("conv")
+    n, f, y, x, rc, ry, rx = sch.get_loops(conv)
+    f0, f1, f2, f3 = sch.split(f, p["tile_f"])
+    y0, y1, y2, y3 = sch.split(y, p["tile_y"])
+    x0, x1, x2, x3 = sch.split(x, p["tile_x"])
+    rc0, rc1 = sch.split(rc, p["tile_rc"])
+    ry0, ry1 = sch.split(ry, p["tile_ry"])
+    rx0, rx1 = sch.split(rx, p["tile_rx"])
+    sch.reorder(n, f0, y0, x0, f1, y1, x1, f2, y2, x2, rc0, ry0, rx0, rc1, ry1, rx1, f3, y3, x3)
+    local = sch.cache_write(conv, 0, "local")
+    sch.reverse_compute_at(local, x2)
+    if gpu:
+        outer = sch.fuse(n, f0)
+        for loop, axis in [(outer, "blockIdx.z"), (y0, "blockIdx.y"), (x0, "blockIdx.x"),
+                           (f1, "vthread.z"), (y1, "vthread.y"), (x1, "vthread.x"),
+                           (f2, "threadIdx.z"), (y2, "threadIdx.y"), (x2, "threadIdx.x")]:
+            sch.bind(loop, axis)
+        threads = [("threadIdx.z", p["tile_f"][2]), ("threadIdx.y", p["tile_y"][2]),
+                   ("threadIdx.x", p["tile_x"][2])]
+        for index in (0, 1):
+            shared = sch.cache_read(conv, index, "shared")
+            sch.compute_at(shared, rx0)
+            cooperative_fetch(sch, shared, 12, threads)  # 12 loops down to and including rx0
+    else:
+        outer = sch.fuse(n, f0, y0)
+        sch.parallel(outer)
+        if p["tile_x"][3] > 1:
+            sch.vectorize(x3)
+            sch.vectorize(sch.get_loops(local)[-1])
+    unroll(sch, outer, p["auto_unroll_max_step"], bool(p["unroll_explicit"]))
+    sch.decompose_reduction(conv, rc0)
+    return sch.mod

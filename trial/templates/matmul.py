@@ -1,0 +1,135 @@
+"""Matmul and batched matmul, C[b, n, m] = sum_k A[b, n, k] * B[b, k, m], in NN/NT/TN/TT layouts.
+
+Knobs (the original OpEvo study's plus two):
+  K       factor [K, 3]  reduction: outer (shared-memory stage), middle (register stage), inner
+  X       factor [N, 4]  rows: block, virtual thread, thread, inner
+  Y       factor [M, 4]  columns: block, virtual thread, thread, inner
+  B       factor [B, 2]  batches (bmm only): block, inner
+  unroll  discrete       auto-unroll budget of the inner loops (0 = off)
+  vec     discrete       vector width of the cooperative global-to-shared loads
+
+GPU: the classic two-level tiling: each thread block owns an X[1:]-by-Y[1:] tile of C, stages
+K[1]*K[2]-deep slices of A and B in shared memory (loaded cooperatively, coalesced and vectorised)
+and K[2]-deep fragments in registers, and accumulates X[1]*X[3]-by-Y[1]*Y[3] values per thread.
+CPU: the same tiles; outer tiles run in parallel, the Y[3] columns are vectorised.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import s_tir, te
+
+from ..workload import Workload
+from .common import cooperative_fetch, factor_knob, greedy_split, prod, unroll
+
+UNROLL_STEPS = [0, 16, 64, 512, 1500]
+VECTOR_WIDTHS = [1, 2, 4]
+
+
+def search_space(wl: Workload) -> dict[str, Any]:
+    d = wl.dims
+    space = {"K": factor_knob(d["K"], 3), "X": factor_knob(d["N"], 4), "Y": factor_knob(d["M"], 4)}
+    if wl.op == "bmm":
+        space["B"] = factor_knob(d["B"], 2)
+    space["unroll"] = {"_type": "discrete", "_value": UNROLL_STEPS}
+    space["vec"] = {"_type": "discrete", "_value": VECTOR_WIDTHS}
+    return space
+
+
+def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
+    """A hand-picked config: 128x128 block tiles of 16x16 threads on GPUs, 4x16 register tiles on CPUs."""
+    d = wl.dims
+    if gpu:
+        params = {"K": greedy_split(d["K"], [8, 1]), "X": greedy_split(d["N"], [2, 16, 4]),
+                  "Y": greedy_split(d["M"], [2, 16, 4]), "unroll": 512, "vec": 4}
+    else:
+        params = {"K": greedy_split(d["K"], [4, 4]), "X": greedy_split(d["N"], [1, 8, 4]),
+                  "Y": greedy_split(d["M"], [1, 4, 16]), "unroll": 16, "vec": 1}
+    if wl.op == "bmm":
+        params["B"] = greedy_split(d["B"], [1])
+    return {k: params[k] for k in search_space(wl)}
+
+
+def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
+    d = wl.dims
+    a_shape, b_shape = wl.input_shapes
+    A = te.placeholder(a_shape, wl.dtype, name="A")
+    B = te.placeholder(b_shape, wl.dtype, name="B")
+    k = te.reduce_axis((0, d["K"]), name="k")
+    trans_a, trans_b = (c == "T" for c in wl.layout)
+
+    def body(*idx):
+        *batch, i, j = idx
+        a = A[(*batch, k, i)] if trans_a else A[(*batch, i, k)]
+        b = B[(*batch, j, k)] if trans_b else B[(*batch, k, j)]
+        return te.sum(a * b, axis=k)
+
+    C = te.compute(wl.output_shape, body, name="C")
+    return te.create_prim_func([A, B, C])
+
+
+def resources(wl: Workload, p: dict[str, Any]) -> dict[str, int]:
+    """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread."""
+    X, Y, K = p["X"], p["Y"], p["K"]
+    item = tvm.DataType(wl.dtype).bits // 8
+    k_tile = K[1] * K[2]
+    shared = (prod(X[1:]) + prod(Y[1:])) * k_tile * item
+    batch_inner = p["B"][1] if wl.op == "bmm" else 1
+    accumulators = batch_inner * X[1] * X[3] * Y[1] * Y[3]
+    fragments = (X[1] * X[3] + Y[1] * Y[3]) * K[2]
+    return {"threads": X[2] * Y[2], "thread_dims": (Y[2], X[2], 1), "shared_bytes": shared,
+            "registers_per_thread": accumulators + fragments + 16}
+
+
+def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
+    sch = s_tir.Schedule(prim_func(wl))
+    C = sch.get_sblock("C")
+    loops = sch.get_loops(C)
+    batch = wl.op == "bmm"
+    if batch:
+        b, i, j, k = loops
+        b0, b1 = sch.split(b, p["B"])
+    else:
+        i, j, k = loops
+    i0, i1, i2, i3 = sch.split(i, p["X"])
+    j0, j1, j2, j3 = sch.split(j, p["Y"])
+    k0, k1, k2 = sch.split(k, p["K"])
+    outer = [b0] if batch else []
+    inner = [b1] if batch else []
+    sch.reorder(*outer, i0, j0, i1, j1, i2, j2, *inner, k0, k1, k2, i3, j3)
+    CL = sch.cache_write(C, 0, "local")
+    sch.reverse_compute_at(CL, j2)
+    if gpu:
+        _gpu(sch, wl, p, C, outer, (i0, j0, i1, j1, i2, j2), (k0, k1))
+    else:
+        first = sch.fuse(*outer, i0, j0)
+        sch.parallel(first)
+        unroll(sch, first, p["unroll"])
+        if p["Y"][3] > 1:
+            sch.vectorize(j3)
+            sch.vectorize(sch.get_loops(CL)[-1])
+    sch.decompose_reduction(C, k0)
+    return sch.mod
+
+
+def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], C, outer, tiles, ks) -> None:
+    i0, j0, i1, j1, i2, j2 = tiles
+    k0, k1 = ks
+    if outer:
+        sch.bind(outer[0], "blockIdx.z")
+    sch.bind(i0, "blockIdx.y")
+    sch.bind(j0, "blockIdx.x")
+    sch.bind(i1, "vthread.y")
+    sch.bind(j1, "vthread.x")
+    sch.bind(i2, "threadIdx.y")
+    sch.bind(j2, "threadIdx.x")
+    depth = len(outer) + 6 + (1 if outer else 0) + 1  # loops down to and including k0
+    threads = [("threadIdx.y", p["X"][2]), ("threadIdx.x", p["Y"][2])]
+    for index in (0, 1):
+        shared = sch.cache_read(C, index, "shared")
+        sch.compute_at(shared, k0)
+        cooperative_fetch(sch, shared, depth, threads, p["vec"])
+    for index in (0, 1):
+        sch.compute_at(sch.cache_read(C, index, "local"), k1)
+    unroll(sch, outer[0] if outer else i0, p["unroll"])

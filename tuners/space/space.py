@@ -1,0 +1,157 @@
+"""`SearchSpace`: the parameters of one NNI search-space JSON, and operations on whole configurations."""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import os
+import random
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from .choice import Choice
+from .discrete import Discrete
+from .errors import SpaceError
+from .factor import Factor
+from .param import MAX_ENUMERATION, Parameter
+from .perm import Perm
+
+TYPES: Mapping[str, type[Parameter]] = MappingProxyType(
+    {cls.type_name: cls for cls in (Choice, Discrete, Factor, Perm)})
+"""The `_type` names this model understands, mapped to their classes."""
+
+Config = dict[str, Any]
+
+
+class SearchSpace:
+    """An ordered set of named parameters; a configuration maps every name to one of its values.
+
+    Configurations are plain JSON-compatible dicts (lists of ints, not tuples) because NNI ships them as
+    JSON. Two configurations are neighbours when they differ in one parameter by one move of its type, and
+    that graph is connected, so a walk or a breadth-first search can reach every configuration.
+    """
+
+    def __init__(self, params: list[Parameter]) -> None:
+        if not params:
+            raise SpaceError("search space has no parameters")
+        names = [p.name for p in params]
+        if len(set(names)) != len(names):
+            raise SpaceError(f"search space repeats a parameter name: {names!r}")
+        self._params = {p.name: p for p in params}
+
+    @classmethod
+    def from_json(cls, spec: Mapping[str, Any]) -> SearchSpace:
+        """Parse NNI search-space JSON (already decoded); `SpaceError` naming the parameter at fault."""
+        if not isinstance(spec, Mapping):
+            raise SpaceError(f"search space must be a JSON object, got {type(spec).__name__}")
+        params = []
+        for name, entry in spec.items():
+            if not isinstance(entry, Mapping):
+                raise SpaceError(f"{name}: expected an object with _type and _value, got {entry!r}")
+            if "_type" not in entry:
+                raise SpaceError(f"{name}: missing _type")
+            if "_value" not in entry:
+                raise SpaceError(f"{name}: missing _value")
+            kind = TYPES.get(entry["_type"]) if isinstance(entry["_type"], str) else None
+            if kind is None:
+                raise SpaceError(f"{name}: unknown _type {entry['_type']!r} (supported: {', '.join(sorted(TYPES))})")
+            params.append(kind.from_value(str(name), entry["_value"]))
+        return cls(params)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SearchSpace:
+        """Read a search-space JSON file."""
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json(json.load(f))
+
+    def to_json(self) -> dict[str, Any]:
+        """The NNI search-space JSON this space was built from."""
+        return {name: {"_type": p.type_name, "_value": p.spec} for name, p in self._params.items()}
+
+    @property
+    def names(self) -> list[str]:
+        """Parameter names in search-space order."""
+        return list(self._params)
+
+    @property
+    def params(self) -> Mapping[str, Parameter]:
+        """Read-only map from name to parameter, in search-space order."""
+        return MappingProxyType(self._params)
+
+    def __getitem__(self, name: str) -> Parameter:
+        return self._params[name]
+
+    def __len__(self) -> int:
+        return len(self._params)
+
+    def __repr__(self) -> str:
+        return f"SearchSpace({self.to_json()!r})"
+
+    @property
+    def size(self) -> int:
+        """Number of configurations (an exact Python int; it can be far beyond 2**64)."""
+        return math.prod(p.size for p in self._params.values())
+
+    @property
+    def encode_width(self) -> int:
+        """Length of every vector `encode` returns."""
+        return sum(p.encode_width for p in self._params.values())
+
+    def sample(self, rng: random.Random) -> Config:
+        """A configuration drawn uniformly at random."""
+        return {name: p.sample(rng) for name, p in self._params.items()}
+
+    def problems(self, config: Any) -> list[str]:
+        """Everything wrong with `config`, one message per problem, each starting with the parameter name."""
+        if not isinstance(config, Mapping):
+            return [f"a configuration must be an object mapping parameter names to values, got {config!r}"]
+        out = [f"{name}: missing" for name in self._params if name not in config]
+        out += [f"{name}: unknown parameter (expected {', '.join(self._params)})"
+                for name in config if name not in self._params]
+        for name, p in self._params.items():
+            if name in config:
+                reason = p.check(config[name])
+                if reason is not None:
+                    out.append(f"{name}: {reason}")
+        return out
+
+    def validate(self, config: Any) -> None:
+        """Raise `SpaceError` naming every bad parameter of `config`; return quietly if it is valid."""
+        problems = self.problems(config)
+        if problems:
+            raise SpaceError("; ".join(problems))
+
+    def contains(self, config: Any) -> bool:
+        """Whether `config` is a configuration of this space."""
+        return not self.problems(config)
+
+    def key(self, config: Config) -> tuple[Any, ...]:
+        """A hashable canonical form of a valid configuration, for deduplication."""
+        self.validate(config)
+        return tuple(p.key(config[name]) for name, p in self._params.items())
+
+    def neighbours(self, config: Config) -> list[Config]:
+        """The configurations that differ from `config` in one parameter by one move."""
+        self.validate(config)
+        out = []
+        for name, p in self._params.items():
+            for value in p.neighbours(config[name]):
+                moved = copy.deepcopy(config)
+                moved[name] = value
+                out.append(moved)
+        return out
+
+    def encode(self, config: Config) -> list[float]:
+        """The parameters' encodings concatenated in search-space order (length `encode_width`)."""
+        self.validate(config)
+        return [x for name, p in self._params.items() for x in p.encode(config[name])]
+
+    def values(self) -> Iterator[Config]:
+        """Every configuration, lazily; `ValueError` when there are more than `MAX_ENUMERATION`."""
+        if self.size > MAX_ENUMERATION:
+            raise ValueError(f"{self.size} configurations are too many to enumerate (limit {MAX_ENUMERATION})")
+        names = self.names
+        per_param = [p.values() for p in self._params.values()]
+        return ({n: copy.deepcopy(v) for n, v in zip(names, combo)} for combo in itertools.product(*per_param))
