@@ -6,9 +6,11 @@ STAMP := $(VENV)/.installed
 OP ?= mm
 SPEC ?= N512K1024M1024
 TUNER ?= opevo
+PORT ?= 8080
+EXPERIMENT = experiments/$(OP)/$(SPEC)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test tune trial clean
+.PHONY: help install test tune experiment trial clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -23,6 +25,13 @@ $(STAMP): pyproject.toml
 
 test: install  ## run the test suite (CPU only)
 	$(BIN)/python -m pytest tests
+
+tune: install  ## tune OP/SPEC with TUNER (default mm N512K1024M1024, opevo) on the best target; web UI on PORT
+	test -f $(EXPERIMENT)/config_$(TUNER).yml || $(BIN)/python -m trial.space $(OP) $(SPEC)
+	$(BIN)/python -m trial.tune $(EXPERIMENT)/config_$(TUNER).yml --port $(PORT)
+
+experiment: install  ## write the experiment folder of OP/SPEC (search space + one config per tuner)
+	$(BIN)/python -m trial.space $(OP) $(SPEC)
 
 trial: install  ## measure the hand-picked config of OP/SPEC once, e.g. make trial OP=conv SPEC=N1C3HW32F8K3ST1PD1
 	$(BIN)/python -m trial $(OP) $(SPEC)

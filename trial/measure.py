@@ -48,6 +48,10 @@ class MeasureResult:
     def report(self, parameter_id: Any = None) -> dict[str, Any]:
         """The metric dict a trial reports to NNI ("default" is what tuners optimise)."""
         out = {"default": self.gflops, **{k: v for k, v in asdict(self).items() if k != "extra"}}
+        # NNI 3.0's dispatcher parses metrics with json_tricks, whose comment stripping breaks on
+        # '#' inside nested strings (the metric is then lost): text carries a look-alike instead.
+        for key in ("reason", "target", "device"):
+            out[key] = out[key].replace("#", "\uff03")
         out["parameter_id"] = parameter_id
         return out
 
@@ -91,7 +95,7 @@ def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Opt
         return finish("compile_error", _reason(err))
     conn.send(("built", time.perf_counter() - start))
     with devicelock.acquire(target.kind, target.num_devices) as index:
-        conn.send(("running", f"{target.device_name} #{index}"))
+        conn.send(("running", f"{target.device_name} (device {index})"))
         try:
             timing = run.run(wl, lib, target.device(index), options.repeat, options.min_repeat_ms, options.seed)
         except run.WrongResult as err:

@@ -31,16 +31,10 @@ class Workload:
     """One operator instance: `op`, its dimensions in spec order, the matmul layout and dtype."""
 
     op: str
-    dims: dict[str, int] = field(hash=False)
+    spec: str  # as the user wrote it: it names the experiment folder
+    dims: dict[str, int] = field(hash=False, compare=False)
     layout: str = "NN"
     dtype: str = "float32"
-
-    @property
-    def spec(self) -> str:
-        if self.op == "conv":
-            d = self.dims
-            return f"N{d['N']}C{d['C']}HW{d['HW']}F{d['F']}K{d['K']}ST{d['ST']}PD{d['PD']}"
-        return "".join(f"{k}{v}" for k, v in self.dims.items()) + f"P{self.layout}"
 
     @property
     def name(self) -> str:
@@ -97,7 +91,7 @@ def parse(op: str, spec: str) -> Workload:
     for k, v in dims.items():
         if v <= 0 and k not in allowed_zero:
             raise SpecError(f"bad {op} spec {spec!r}: {k} must be positive, got {v}")
-    wl = Workload(op, dims, layout if op != "conv" else "NCHW")
+    wl = Workload(op, spec, dims, layout if op != "conv" else "NCHW")
     if op == "conv":
         if dims["K"] > dims["HW"] + 2 * dims["PD"]:
             raise SpecError(f"bad conv spec {spec!r}: kernel {dims['K']} is larger than the padded "

@@ -2,7 +2,8 @@
 
 `SearchSpace.from_json(space).validate(params)` is how the trial rejects knobs outside the space.
 Types: `factor` (ordered factorisations), `choice` (unordered values), `discrete` (ordered numbers),
-`perm` (permutations); each is one module here.
+`perm` (permutations); each is one module here. `twin_space`/`from_twin` translate a space to and from
+NNI's standard types, for NNI's built-in tuners.
 """
 from .choice import Choice
 from .discrete import Discrete
@@ -11,6 +12,7 @@ from .factor import Factor
 from .param import MAX_ENUMERATION, Parameter
 from .perm import Perm
 from .space import TYPES, Config, SearchSpace
+from .twin import TWIN_MAX_CHOICES, from_twin, twin_space
 
 __all__ = ["Choice", "Config", "Discrete", "Factor", "MAX_ENUMERATION", "Parameter", "Perm", "SearchSpace",
-           "SpaceError", "TYPES"]
+           "SpaceError", "TWIN_MAX_CHOICES", "TYPES", "from_twin", "twin_space"]

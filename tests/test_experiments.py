@@ -1,0 +1,50 @@
+"""The checked-in experiment folders: regenerated identically, valid for NNI, tuners constructible."""
+import filecmp
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+from nni.experiment.config import ExperimentConfig
+
+from trial import space
+from trial.workload import parse
+
+FOLDERS = sorted(p.parent for p in space.EXPERIMENTS.glob("*/*/search_space.json"))
+STUDY = {"mm/N512K1024M1024", "mm/N512K1024M4096", "mm/N512K4096M1024", "bmm/B960N128K128M64PNN",
+         "bmm/B960N128K128M64PTN", "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0",
+         "conv/N512C64HW27F192K5ST1PD2"}
+
+
+def test_the_study_is_checked_in():
+    assert {f"{p.parent.name}/{p.name}" for p in FOLDERS} >= STUDY
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_folder_regenerates_identically(folder, tmp_path):
+    """Only the code-directory paths, relative to where the folder lies, may differ."""
+    regenerated = space.write(parse(folder.parent.name, folder.name), tmp_path)
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted(p.name for p in regenerated.iterdir())
+    for name in names:
+        if name.endswith(".yml"):
+            mine, fresh = (yaml.safe_load((d / name).read_text()) for d in (folder, regenerated))
+            for config in (mine, fresh):
+                config.pop("trialCodeDirectory"), config["tuner"].pop("codeDirectory")
+            assert mine == fresh, name
+        else:
+            assert filecmp.cmp(folder / name, regenerated / name, shallow=False), name
+
+
+@pytest.mark.parametrize("config", sorted(p for f in FOLDERS for p in f.glob("config_*.yml")),
+                         ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
+def test_config_is_valid_for_nni_and_its_tuner_starts(config):
+    loaded = ExperimentConfig.load(config)
+    loaded.validate()
+    canonical = loaded.canonical_copy()
+    assert Path(canonical.trial_code_directory) == space.ROOT
+    assert Path(canonical.tuner.code_directory) == space.ROOT
+    module, _, name = canonical.tuner.class_name.rpartition(".")
+    tuner = getattr(importlib.import_module(module), name)(**canonical.tuner.class_args)
+    tuner.update_search_space(yaml.safe_load((config.parent / "search_space.json").read_text()))
+    assert canonical.trial_command == f"python3 -m trial {config.parent.parent.name} {config.parent.name}"

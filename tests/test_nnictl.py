@@ -1,0 +1,80 @@
+"""End to end: `nnictl create` on a tiny CPU experiment with OpEvo, then `nnictl stop` + `nnictl resume`."""
+import json
+import socket
+
+import pytest
+import yaml
+
+from trial import space, tune
+from trial.measure import STATUSES
+from trial.workload import parse
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    """A generated mm/N64K64M64 OpEvo experiment of 8 trials, 2 at a time, kept under tmp_path."""
+    folder = space.write(parse("mm", "N64K64M64"), tmp_path / "experiments", max_trials=8, concurrency=2)
+    config_path = folder / "config_opevo.yml"
+    config = yaml.safe_load(config_path.read_text())
+    config["experimentWorkingDirectory"] = str(tmp_path / "nni")
+    config["tuner"]["classArgs"]["seed"] = 1
+    config_path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    started = []
+    yield config_path, port, started
+    for exp_id in started:
+        tune.nnictl("stop", exp_id, check=False)
+
+
+def check_pairing(records, state_file):
+    """Each trial reports the params it received; the tuner recorded each result against those params.
+
+    `records` are the trials of one run: NNI numbers parameters from 0 again after a resume.
+    """
+    sent = {r.parameter_id: r.parameters for r in records}
+    tuner_values = {json.dumps(rec["config"], sort_keys=True): rec["value"]
+                    for rec in json.loads(state_file.read_text())["records"]}
+    for r in records:
+        assert r.status == "SUCCEEDED" and r.metric is not None, r
+        assert r.metric["status"] in STATUSES
+        assert r.metric["params"] == sent[r.metric["parameter_id"]]
+        key = json.dumps(r.metric["params"], sort_keys=True)
+        if r.metric["status"] == "ok":
+            assert tuner_values[key] == pytest.approx(r.metric["gflops"])
+        else:
+            assert tuner_values[key] is None
+
+
+def assert_no_repeats(records):
+    configs = [json.dumps(r.parameters, sort_keys=True) for r in records]
+    assert len(set(configs)) == len(configs), "a configuration was proposed twice"
+
+
+def test_create_runs_to_done_then_resume_continues(experiment, tmp_path):
+    config_path, port, started = experiment
+    exp_id = tune.create(config_path, port)
+    started.append(exp_id)
+    assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE"
+    first = tune.trials(port)
+    assert len(first) == 8
+    state_file = tmp_path / "nni" / exp_id / "checkpoint" / "OpEvoTuner.state.json"
+    check_pairing(first, state_file)
+    assert_no_repeats(first)
+    assert any(r.metric["status"] == "ok" for r in first)
+
+    tune.nnictl("stop", exp_id)
+    tune.nnictl("resume", exp_id, "--port", str(port))
+    tune.nnictl("update", "trialnum", exp_id, "--value", "14")
+    assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE"
+    both = tune.trials(port)
+    assert len(both) == 14
+    old = {r.trial_id for r in first}
+    assert old <= {r.trial_id for r in both}
+    check_pairing([r for r in both if r.trial_id not in old], state_file)
+    assert_no_repeats(both)

@@ -1,0 +1,89 @@
+"""python -m trial.space <op> <spec>: write an experiment folder for a workload.
+
+experiments/<op>/<spec>/ gets search_space.json (the template's knobs) and one NNI v2 config per
+tuner (config_opevo.yml, config_gbfs.yml, config_na2c.yml).  Paths in the configs are relative
+to the config file, so `nnictl create --config .../config_opevo.yml` works from any folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import templates
+from .workload import SpecError, Workload, parse
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENTS = ROOT / "experiments"
+MAX_TRIALS = 512  # the original study's budget
+CONCURRENCY = 4  # builds overlap; timing is serialised per device by the trial's lock
+
+TUNERS: dict[str, dict[str, Any]] = {
+    "opevo": {"className": "tuners.opevo.OpEvoTuner",
+              "classArgs": {"optimize_mode": "maximize", "parents_size": 8, "offspring_size": 8,
+                            "mutate_rate": 0.5}},
+    "gbfs": {"className": "tuners.gbfs.GBFSTuner",
+             "classArgs": {"optimize_mode": "maximize", "num_samples": 5}},
+    "na2c": {"className": "tuners.na2c.NA2CTuner",
+             "classArgs": {"optimize_mode": "maximize", "n_states": 8, "n_steps": 16, "hidden_size": 64,
+                           "lr": 0.01}},
+}
+
+
+def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
+    return root / wl.op / wl.spec
+
+
+def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
+           concurrency: int = CONCURRENCY) -> dict[str, Any]:
+    """The NNI v2 config of `tuner` for `wl`, with paths relative to the folder `out`."""
+    code = os.path.relpath(ROOT, out)
+    return {
+        "experimentName": f"{wl.op}-{wl.spec}-{tuner}",
+        "searchSpaceFile": "search_space.json",
+        "trialCommand": f"python3 -m trial {wl.op} {wl.spec}",
+        "trialCodeDirectory": code,
+        "trialConcurrency": concurrency,
+        "maxTrialNumber": max_trials,
+        "tuner": {"codeDirectory": code, **TUNERS[tuner]},
+        "trainingService": {"platform": "local"},
+    }
+
+
+def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
+          concurrency: int = CONCURRENCY) -> Path:
+    """Write the experiment folder of `wl` under `root`; returns the folder."""
+    out = folder(wl, root)
+    out.mkdir(parents=True, exist_ok=True)
+    space = templates.load(wl.op).search_space(wl)
+    lines = [f"  {json.dumps(name)}: {json.dumps(knob)}" for name, knob in space.items()]
+    (out / "search_space.json").write_text("{\n" + ",\n".join(lines) + "\n}\n")
+    for tuner in TUNERS:
+        text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency), sort_keys=False)
+        header = f"# Written by `python -m trial.space {wl.op} {wl.spec}`.\n"
+        (out / f"config_{tuner}.yml").write_text(header + text)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trial.space", description=__doc__.split("\n\n")[0])
+    p.add_argument("op", choices=["mm", "bmm", "conv"])
+    p.add_argument("spec")
+    p.add_argument("--root", type=Path, default=EXPERIMENTS, help="where experiment folders go")
+    p.add_argument("--max-trials", type=int, default=MAX_TRIALS)
+    p.add_argument("--concurrency", type=int, default=CONCURRENCY)
+    args = p.parse_args(argv)
+    try:
+        wl = parse(args.op, args.spec)
+    except SpecError as err:
+        p.error(str(err))
+    print(write(wl, args.root.resolve(), args.max_trials, args.concurrency))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

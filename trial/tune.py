@@ -1,0 +1,131 @@
+"""python -m trial.tune <config.yml>: run an NNI experiment with nnictl and follow it to the end.
+
+It starts the experiment exactly as a user would (`nnictl create --config ...`), prints progress
+from the NNI REST API (the same data the web UI shows), and when the experiment is done prints
+the best verified configuration.  The experiment (and its web UI) keeps running until
+`nnictl stop` unless --stop is given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+FINISHED = ("DONE", "ERROR", "STOPPED")
+ACTIVE = ("WAITING", "RUNNING", "UNKNOWN")
+
+
+@dataclass
+class TrialRecord:
+    trial_id: str
+    status: str  # NNI's job status: SUCCEEDED, FAILED, RUNNING, ...
+    parameter_id: int | None  # the id NNI sent with the parameters this trial received
+    parameters: dict[str, Any] | None
+    metric: dict[str, Any] | None  # what the trial reported (our report dict)
+
+
+def _api(port: int, path: str) -> Any:
+    resp = requests.get(f"http://127.0.0.1:{port}/api/v1/nni{path}", timeout=10)
+    resp.raise_for_status()
+    return resp.json()
+
+
+def _env() -> dict[str, str]:
+    """nnictl and the trials it starts use this interpreter's environment (its bin dir first on PATH)."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def nnictl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nni.tools.nnictl.nnictl", *args], env=_env(),
+                          capture_output=True, text=True, check=check, timeout=300)
+
+
+def create(config: Path, port: int) -> str:
+    """Start the experiment; returns its id."""
+    nnictl("create", "--config", str(config), "--port", str(port))
+    return _api(port, "/experiment")["id"]
+
+
+def status(port: int) -> str:
+    return _api(port, "/check-status")["status"]
+
+
+def trials(port: int) -> list[TrialRecord]:
+    out = []
+    for job in _api(port, "/trial-jobs"):
+        hyper = json.loads(job["hyperParameters"][-1]) if job.get("hyperParameters") else {}
+        metric = None
+        for m in job.get("finalMetricData") or []:
+            data = json.loads(m["data"])
+            metric = json.loads(data) if isinstance(data, str) else data
+        out.append(TrialRecord(job["trialJobId"], job["status"], hyper.get("parameter_id"),
+                               hyper.get("parameters"), metric if isinstance(metric, dict) else None))
+    return out
+
+
+def best(records: list[TrialRecord]) -> TrialRecord | None:
+    ok = [r for r in records if r.metric and r.metric.get("status") == "ok"]
+    return max(ok, key=lambda r: r.metric["gflops"], default=None)
+
+
+def wait(port: int, timeout_s: float, poll_s: float = 5.0, progress=None) -> str:
+    """Poll until the experiment finishes (or `timeout_s` passes); returns the last status.
+
+    NO_MORE_TRIAL is final only once no trial is active: while trials run, a tuner that queued
+    requests (and so said "no more" for now) may still answer them.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now, records = status(port), trials(port)
+        if progress:
+            progress(now, records)
+        idle = not any(r.status in ACTIVE for r in records)
+        if now in FINISHED or (now == "NO_MORE_TRIAL" and idle) or time.monotonic() > deadline:
+            return now
+        time.sleep(poll_s)
+
+
+def _print_progress(state: str, records: list[TrialRecord]) -> None:
+    done = [r for r in records if r.metric]
+    top = best(records)
+    figure = f"best {top.metric['gflops']:.1f} GFLOPS" if top else "no verified kernel yet"
+    counts: dict[str, int] = {}
+    for r in done:
+        counts[r.metric["status"]] = counts.get(r.metric["status"], 0) + 1
+    print(f"[{time.strftime('%H:%M:%S')}] {state}: {len(done)} trials measured {counts}, {figure}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trial.tune", description=__doc__.split("\n\n")[0])
+    p.add_argument("config", type=Path, help="an experiment config, e.g. experiments/mm/N512K1024M1024/config_opevo.yml")
+    p.add_argument("--port", type=int, default=8080, help="web UI port (default 8080)")
+    p.add_argument("--timeout", type=float, default=24 * 3600, help="stop following after this many seconds")
+    p.add_argument("--stop", action="store_true", help="stop the experiment when it is done")
+    args = p.parse_args(argv)
+    exp_id = create(args.config, args.port)
+    print(f"experiment {exp_id} started: web UI at http://127.0.0.1:{args.port}", flush=True)
+    final = wait(args.port, args.timeout, progress=_print_progress)
+    top = best(trials(args.port))
+    if top:
+        m = top.metric
+        print(f"best: {m['gflops']:.1f} GFLOPS, {m['latency_ms']:.4f} ms on {m['device']} ({m['target']})\n"
+              f"params: {json.dumps(m['params'])}")
+    if args.stop:
+        nnictl("stop", exp_id)
+    else:
+        print(f"the web UI stays up; stop it with: nnictl stop {exp_id}")
+    return 0 if final in ("DONE", "NO_MORE_TRIAL") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

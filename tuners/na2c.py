@@ -1,0 +1,364 @@
+"""N-A2C (Zhang et al., "Compiler-Level Matrix Multiplication Optimization for Deep Learning", arXiv 1909.10616).
+
+Neighbourhood actor-critic: `n_states` walkers move over the configuration graph of `SearchSpace`, one
+neighbour move per proposal. The state is the configuration's encoding (`SearchSpace.encode`); the
+actions are a fixed list of moves over the whole space (see `moves`), so the actor, a one-hidden-layer
+MLP, has one softmax output per move. A move that does not apply at a state, or that leads to a
+configuration already seen (measured or in flight), is masked out, so a walker samples among its unseen
+neighbours in proportion to the policy (with probability ε uniformly instead). Configurations therefore
+stay integral: they are produced by the moves, never by rounding network outputs. A walker whose
+neighbours were all seen jumps to a random unseen configuration. Walkers start at random configurations
+and, after `n_steps` moves, restart from the best configuration measured so far.
+
+Walkers do not wait for results: the next state is known as soon as a move is proposed, and the
+transition s -> s' is learned from once both ends have been measured. Its reward is q(s') − q(s), where
+q is the metric oriented by `optimize_mode` and standardised by the running mean and deviation of all
+successful measurements (`FAILURE_REWARD` for a failed trial): the improvement a move brings, so the
+actor learns which moves help from where, not merely which regions are good. The critic V is fitted to
+the one-step target y = r + GAMMA·V(s'), and the actor ascends A·∇log π(a|s) with the advantage
+A = y − V(s) held constant. Both networks are numpy MLPs with hand-written gradients, trained by Adam one
+transition at a time. The networks are not checkpointed: on resume they start afresh, and the walkers
+restart from the best restored measurement.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from numbers import Real
+from typing import Any
+
+import numpy as np
+
+from .base import SpaceTuner
+from .space import Choice, Config, Discrete, Factor, Parameter, Perm, SearchSpace
+
+GAMMA = 0.5
+"""Discount of the critic's one-step target: small, because walks are short and the next step matters most."""
+
+FAILURE_REWARD = -2.0
+"""Standardised quality of a configuration whose trial failed: two deviations below the mean measurement."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """One action: a neighbour move of parameter `name`.
+
+    kinds: "shift" (args: prime, from slot, to slot) for factor; "step" (±1) for discrete; "to" (option
+    index) for choice; "swap" (i, j) for perm. The valid moves at a value are exactly its neighbours.
+    """
+
+    name: str
+    kind: str
+    args: tuple[int, ...]
+
+    def apply(self, param: Parameter, value: Any) -> Any | None:
+        """The value this move leads to from `value`, or None where the move does not apply."""
+        if self.kind == "shift":
+            prime, src, dst = self.args
+            if value[src] % prime:
+                return None
+            moved = list(value)
+            moved[src] //= prime
+            moved[dst] *= prime
+            return moved
+        if self.kind == "step":
+            assert isinstance(param, Discrete)
+            i = param.key(value) + self.args[0]
+            return param.numbers[i] if 0 <= i < param.size else None
+        if self.kind == "to":
+            assert isinstance(param, Choice)
+            return None if param.key(value) == self.args[0] else copy.deepcopy(param.options[self.args[0]])
+        i, j = self.args
+        swapped = list(value)
+        swapped[i], swapped[j] = swapped[j], swapped[i]
+        return swapped
+
+
+def moves(space: SearchSpace) -> list[Move]:
+    """The fixed action set of `space`, in search-space order."""
+    out = []
+    for name, param in space.params.items():
+        if isinstance(param, Factor):
+            out += [Move(name, "shift", (p, i, j)) for p, _ in param.primes
+                    for i in range(param.parts) for j in range(param.parts) if i != j]
+        elif isinstance(param, Discrete):
+            out += [Move(name, "step", (-1,)), Move(name, "step", (1,))]
+        elif isinstance(param, Choice):
+            out += [Move(name, "to", (k,)) for k in range(param.size)]
+        elif isinstance(param, Perm):
+            out += [Move(name, "swap", (i, j)) for i in range(param.n) for j in range(i + 1, param.n)]
+        else:
+            raise TypeError(f"{name}: N-A2C has no moves for parameter type {param.type_name!r}")
+    return out
+
+
+class MLP:
+    """x -> W2·tanh(W1·x + b1) + b2, with the gradient of any output-side loss written out by hand."""
+
+    def __init__(self, n_in: int, n_hidden: int, n_out: int, rng: np.random.Generator, out_scale: float = 1.0) -> None:
+        self.params = {
+            "W1": rng.normal(0.0, 1.0 / math.sqrt(max(n_in, 1)), (n_hidden, n_in)),
+            "b1": np.zeros(n_hidden),
+            "W2": rng.normal(0.0, out_scale / math.sqrt(n_hidden), (n_out, n_hidden)),
+            "b2": np.zeros(n_out),
+        }
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The output and the hidden activations (which `backward` needs)."""
+        h = np.tanh(self.params["W1"] @ x + self.params["b1"])
+        return self.params["W2"] @ h + self.params["b2"], h
+
+    def backward(self, x: np.ndarray, h: np.ndarray, grad_out: np.ndarray) -> dict[str, np.ndarray]:
+        """d(loss)/d(params) given d(loss)/d(output) at input `x` with hidden activations `h`."""
+        grad_pre = (self.params["W2"].T @ grad_out) * (1.0 - h * h)
+        return {"W1": np.outer(grad_pre, x), "b1": grad_pre, "W2": np.outer(grad_out, h), "b2": grad_out}
+
+
+def policy(actor: MLP, x: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """π(·|x) as a softmax over the allowed actions (zero elsewhere), and the actor's hidden activations."""
+    logits, h = actor.forward(x)
+    logits = np.where(mask, logits, -np.inf)
+    exp = np.exp(logits - logits[mask].max())
+    return exp / exp.sum(), h
+
+
+def log_prob_grad(actor: MLP, x: np.ndarray, mask: np.ndarray, action: int) -> tuple[float, dict[str, np.ndarray]]:
+    """log π(action|x) and its gradient: d/dlogits = onehot(action) − π, zero on masked actions."""
+    probs, h = policy(actor, x, mask)
+    grad_logits = -probs
+    grad_logits[action] += 1.0
+    return float(np.log(probs[action])), actor.backward(x, h, grad_logits)
+
+
+def value_grad(critic: MLP, x: np.ndarray, target: float) -> tuple[float, dict[str, np.ndarray]]:
+    """V(x) and the gradient of the squared error ½(V(x) − target)²."""
+    out, h = critic.forward(x)
+    value = float(out[0])
+    return value, critic.backward(x, h, np.array([value - target]))
+
+
+class Adam:
+    """Adam steps on a dict of arrays: single-transition gradients vary wildly in scale, Adam evens them."""
+
+    def __init__(self, params: dict[str, np.ndarray], lr: float, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8) -> None:
+        self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
+        self.m = {k: np.zeros_like(v) for k, v in params.items()}
+        self.v = {k: np.zeros_like(v) for k, v in params.items()}
+        self.t = 0
+
+    def descend(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> None:
+        """Update `params` in place against `grads`."""
+        self.t += 1
+        for k, g in grads.items():
+            self.m[k] = self.beta1 * self.m[k] + (1 - self.beta1) * g
+            self.v[k] = self.beta2 * self.v[k] + (1 - self.beta2) * g * g
+            m_hat = self.m[k] / (1 - self.beta1 ** self.t)
+            v_hat = self.v[k] / (1 - self.beta2 ** self.t)
+            params[k] -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+def a2c_update(actor: MLP, critic: MLP, actor_opt: Adam, critic_opt: Adam, x: np.ndarray, mask: np.ndarray,
+               action: int, reward: float, x_next: np.ndarray) -> float:
+    """One advantage actor-critic step on the transition (x, action, reward, x_next); returns the advantage.
+
+    The target r + GAMMA·V(x_next) and the advantage are plain numbers, so no gradient flows through them:
+    the critic descends ½(V(x) − target)² and the actor ascends advantage·log π(action|x).
+    """
+    target = reward + GAMMA * float(critic.forward(x_next)[0][0])
+    value, critic_grads = value_grad(critic, x, target)
+    advantage = target - value
+    _, actor_grads = log_prob_grad(actor, x, mask, action)
+    actor_opt.descend(actor.params, {k: -advantage * g for k, g in actor_grads.items()})
+    critic_opt.descend(critic.params, critic_grads)
+    return advantage
+
+
+@dataclass
+class _Walker:
+    state: Config | None = None
+    steps: int = 0
+
+
+@dataclass
+class _Transition:
+    source: Hashable
+    target: Hashable
+    x: np.ndarray
+    x_next: np.ndarray
+    mask: np.ndarray
+    action: int
+
+
+@dataclass
+class _Stats:
+    """Running mean and deviation of the successful scores, and the best configuration."""
+
+    count: int = 0
+    total: float = 0.0
+    total_sq: float = 0.0
+    best: tuple[float, Config] | None = None
+    keys: set[Hashable] = field(default_factory=set)
+
+    def add(self, key: Hashable, config: Config, score: float) -> None:
+        if key in self.keys:
+            return
+        self.keys.add(key)
+        self.count += 1
+        self.total += score
+        self.total_sq += score * score
+        if self.best is None or score > self.best[0]:
+            self.best = (score, config)
+
+    def standardise(self, score: float) -> float:
+        if self.count < 2:
+            return 0.0
+        mean = self.total / self.count
+        std = math.sqrt(max(self.total_sq / self.count - mean * mean, 0.0))
+        return (score - mean) / std if std > 1e-12 * max(1.0, abs(mean)) else 0.0
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class NA2CTuner(SpaceTuner):
+    """N-A2C as an NNI tuner.
+
+    classArgs:
+        optimize_mode: 'maximize' (e.g. GFLOPS, the default) or 'minimize' (e.g. seconds).
+        n_states: number of parallel walkers (8).
+        n_steps: moves per walker before it restarts from the best configuration (16).
+        hidden_size: hidden units of the actor and of the critic (64).
+        lr: Adam step size of both networks (0.01).
+        epsilon: probability of a uniformly random move instead of one drawn from the policy (0.1).
+        seed: seed of the tuner's random generators, for reproducible runs (None).
+    """
+
+    def __init__(self, optimize_mode: str = "maximize", n_states: int = 8, n_steps: int = 16,
+                 hidden_size: int = 64, lr: float = 0.01, epsilon: float = 0.1, seed: int | None = None) -> None:
+        super().__init__(optimize_mode=optimize_mode, seed=seed)
+        self.n_states = _positive_int("n_states", n_states)
+        self.n_steps = _positive_int("n_steps", n_steps)
+        self.hidden_size = _positive_int("hidden_size", hidden_size)
+        if isinstance(lr, bool) or not isinstance(lr, Real) or not 0 < lr < math.inf:
+            raise ValueError(f"lr must be a positive number, got {lr!r}")
+        if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or not 0 <= epsilon <= 1:
+            raise ValueError(f"epsilon must be a number in [0, 1], got {epsilon!r}")
+        self.lr = float(lr)
+        self.epsilon = float(epsilon)
+        self._model_space: SearchSpace | None = None
+        self.moves: list[Move] = []
+        self.actor: MLP | None = None
+        self.critic: MLP | None = None
+        self._actor_opt: Adam | None = None
+        self._critic_opt: Adam | None = None
+        self._walkers: list[_Walker] = []
+        self._turn = 0
+        self._transitions: dict[Hashable, _Transition] = {}
+        self._waiting: dict[Hashable, list[_Transition]] = {}
+        self._outcomes: dict[Hashable, float | None] = {}
+        self._stats = _Stats()
+
+    def propose(self) -> Config:
+        """The next walker's next move; a walker at its episode's end first restarts from the best config."""
+        self._sync()
+        walker = self._walkers[self._turn]
+        self._turn = (self._turn + 1) % len(self._walkers)
+        if walker.state is None or walker.steps >= self.n_steps:
+            walker.steps = 0
+            if walker.state is None or self._stats.best is None:
+                walker.state = self.random_unseen()
+                return walker.state
+            walker.state = self._stats.best[1]
+        return self._step(walker)
+
+    def observe(self, config: Config, value: float | None) -> None:
+        """Learn from the transitions into and out of `config` whose both ends are now measured."""
+        self._sync()
+        assert self.space is not None
+        key = self.space.key(config)
+        self._outcomes[key] = None if value is None else self.score(value)
+        if value is not None:
+            self._stats.add(key, config, self.score(value))
+        ready = self._waiting.pop(key, [])
+        transition = self._transitions.pop(key, None)
+        if transition is not None:
+            if transition.source in self._outcomes:
+                ready.append(transition)
+            else:
+                self._waiting.setdefault(transition.source, []).append(transition)
+        for t in ready:
+            self._learn(t)
+
+    def _quality(self, key: Hashable) -> float:
+        score = self._outcomes[key]
+        return FAILURE_REWARD if score is None else self._stats.standardise(score)
+
+    def _learn(self, t: _Transition) -> None:
+        """Train both networks on t: s -> s', rewarded by the improvement q(s') − q(s)."""
+        assert self.actor is not None and self.critic is not None
+        assert self._actor_opt is not None and self._critic_opt is not None
+        reward = self._quality(t.target) - self._quality(t.source)
+        a2c_update(self.actor, self.critic, self._actor_opt, self._critic_opt, t.x, t.mask, t.action, reward,
+                   t.x_next)
+
+    def _step(self, walker: _Walker) -> Config:
+        """Move `walker` to an unseen neighbour drawn from the policy (or ε-uniformly); record the transition."""
+        assert self.space is not None and self.actor is not None and walker.state is not None
+        state = walker.state
+        walker.steps += 1
+        targets = []
+        for move in self.moves:
+            value = move.apply(self.space[move.name], state[move.name])
+            targets.append(None if value is None else {**state, move.name: value})
+        mask = np.array([t is not None and not self.is_seen(t) for t in targets])
+        if not mask.any():
+            walker.state = self.random_unseen()
+            return walker.state
+        x = self._encode(state)
+        allowed = np.flatnonzero(mask).tolist()
+        if self.rng.random() < self.epsilon:
+            action = self.rng.choice(allowed)
+        else:
+            probs, _ = policy(self.actor, x, mask)
+            action = self.rng.choices(allowed, weights=probs[allowed].tolist())[0]
+        config = targets[action]
+        self._transitions[self.space.key(config)] = _Transition(
+            self.space.key(state), self.space.key(config), x, self._encode(config), mask, action)
+        walker.state = config
+        return config
+
+    def _encode(self, config: Config) -> np.ndarray:
+        assert self.space is not None
+        return np.array(self.space.encode(config))
+
+    def _sync(self) -> None:
+        """(Re)build the moves, networks and walkers when the search space was (re)set."""
+        assert self.space is not None
+        if self._model_space is self.space:
+            return
+        self._model_space = self.space
+        self.moves = moves(self.space)
+        rng = np.random.default_rng(self.rng.getrandbits(64))
+        width, n_moves = self.space.encode_width, len(self.moves)
+        # A small actor output layer starts the policy near uniform over the allowed moves.
+        self.actor = MLP(width, self.hidden_size, max(n_moves, 1), rng, out_scale=0.1)
+        self.critic = MLP(width, self.hidden_size, 1, rng)
+        self._actor_opt = Adam(self.actor.params, self.lr)
+        self._critic_opt = Adam(self.critic.params, self.lr)
+        self._walkers = [_Walker() for _ in range(self.n_states)]
+        self._turn = 0
+        self._transitions = {}
+        self._waiting = {}
+        self._outcomes = {}
+        self._stats = _Stats()
+        for config, value in self.history():
+            key = self.space.key(config)
+            self._outcomes[key] = None if value is None else self.score(value)
+            if value is not None:
+                self._stats.add(key, config, self.score(value))
