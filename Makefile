@@ -7,6 +7,7 @@ OP ?= mm
 SPEC ?= N512K1024M1024
 TUNER ?= opevo
 PORT ?= 8080
+RETUNE ?=
 EXPERIMENT = experiments/$(OP)/$(SPEC)
 
 .DEFAULT_GOAL := help
@@ -26,9 +27,9 @@ $(STAMP): pyproject.toml
 test: install  ## run the test suite (CPU only)
 	$(BIN)/python -m pytest tests
 
-tune: install  ## tune OP/SPEC with TUNER (default mm N512K1024M1024, opevo) on the best target; web UI on PORT
+tune: install  ## tune OP/SPEC with TUNER (default mm N512K1024M1024, opevo) on the best target; web UI on PORT; RETUNE=1 to tune a recorded workload again
 	test -f $(EXPERIMENT)/config_$(TUNER).yml || $(BIN)/python -m trial.space $(OP) $(SPEC)
-	$(BIN)/python -m trial.tune $(EXPERIMENT)/config_$(TUNER).yml --port $(PORT)
+	$(BIN)/python -m trial.tune $(EXPERIMENT)/config_$(TUNER).yml --port $(PORT) $(if $(RETUNE),--retune)
 
 experiment: install  ## write the experiment folder of OP/SPEC (search space + one config per tuner)
 	$(BIN)/python -m trial.space $(OP) $(SPEC)

@@ -47,4 +47,5 @@ def test_config_is_valid_for_nni_and_its_tuner_starts(config):
     module, _, name = canonical.tuner.class_name.rpartition(".")
     tuner = getattr(importlib.import_module(module), name)(**canonical.tuner.class_args)
     tuner.update_search_space(yaml.safe_load((config.parent / "search_space.json").read_text()))
-    assert canonical.trial_command == f"python3 -m trial {config.parent.parent.name} {config.parent.name}"
+    tuner_name = config.stem.removeprefix("config_")
+    assert canonical.trial_command == f"python3 -m trial {config.parent.parent.name} {config.parent.name} --tuner {tuner_name}"

@@ -7,6 +7,7 @@ import yaml
 
 from trial import space, tune
 from trial.measure import STATUSES
+from trial.records import Records
 from trial.workload import parse
 
 
@@ -56,6 +57,21 @@ def assert_no_repeats(records):
     assert len(set(configs)) == len(configs), "a configuration was proposed twice"
 
 
+def check_records(records, exp_id, tmp_path):
+    """Every trial kept its measurement; the experiment imports into a fresh store the same way."""
+    kept = Records().query(workload="mm/N64K64M64PNN")
+    mine = {r.trial: r for r in kept if r.experiment == exp_id}
+    assert set(mine) == {r.trial_id for r in records}
+    assert {r.tuner for r in mine.values()} == {"opevo"}
+    for r in records:
+        assert mine[r.trial_id].status == r.metric["status"] and mine[r.trial_id].params == r.metric["params"]
+    fresh = Records(tmp_path / "imported.sqlite")
+    assert fresh.import_experiment(tmp_path / "nni" / exp_id) == len(records)
+    assert fresh.import_experiment(tmp_path / "nni" / exp_id) == 0
+    best = fresh.best("mm/N64K64M64PNN")[0]
+    assert best.gflops == max(r.metric["gflops"] for r in records) and best.tuner == "opevo"
+
+
 def test_create_runs_to_done_then_resume_continues(experiment, tmp_path):
     config_path, port, started = experiment
     exp_id = tune.create(config_path, port)
@@ -67,6 +83,7 @@ def test_create_runs_to_done_then_resume_continues(experiment, tmp_path):
     check_pairing(first, state_file)
     assert_no_repeats(first)
     assert any(r.metric["status"] == "ok" for r in first)
+    check_records(first, exp_id, tmp_path)
 
     tune.nnictl("stop", exp_id)
     tune.nnictl("resume", exp_id, "--port", str(port))

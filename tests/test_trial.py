@@ -21,7 +21,7 @@ def test_every_op_and_layout_verifies(op, spec):
     r = measure(parse(op, spec), None, FAST)
     assert r.status == "ok", r.reason
     assert r.gflops > 0 and r.latency_ms > 0 and r.latency_std_ms >= 0 and r.build_s > 0
-    assert r.target.startswith("llvm") and r.device.endswith("(device 0)")
+    assert r.target.startswith("llvm") and r.report()["device"].endswith("(device 0)")
 
 
 @pytest.mark.parametrize("op,spec", [("mm", "N32K24M16PTN"), ("bmm", "B4N8K12M16PNT"), ("conv", "N2C4HW10F6K3ST2PD1")])

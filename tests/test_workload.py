@@ -14,6 +14,7 @@ def test_parse(op, spec, dims, layout, flops):
     wl = parse(op, spec)
     assert wl.dims == dims and wl.layout == layout and wl.flops == flops
     assert parse(op, wl.spec) == wl
+    assert parse(op, wl.key.split("/")[1]).key == wl.key
 
 
 def test_shapes_follow_layout():

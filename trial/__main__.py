@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from typing import Any
 
-from .measure import Options, measure
+from .measure import MeasureResult, Options, measure
 from .target import KINDS
-from .workload import SpecError, parse
+from .workload import SpecError, Workload, parse
 
 EPILOG = """\
 specs (all numbers positive; layout letters are N or T for A then B, default PNN):
@@ -47,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5, help="timed repeats, at least 5 (default 5)")
     p.add_argument("--min-repeat-ms", type=int, default=40, help="minimum length of a repeat (default 40)")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and checked outputs")
+    p.add_argument("--tuner", help="name of the tuner that proposed the params, kept in the records")
+    p.add_argument("--records", help="records store (default: $OPEVO_RECORDS or records/records.sqlite)")
+    p.add_argument("--no-record", action="store_true", help="do not keep this measurement in the records")
     p.add_argument("--template", help=argparse.SUPPRESS)
     return p
 
@@ -61,6 +65,17 @@ def _params_arg(p: argparse.ArgumentParser, text: str | None) -> dict[str, Any] 
     if not isinstance(value, dict):
         p.error(f"--params must be a JSON object of knob values, got {type(value).__name__}")
     return value
+
+
+def _record(args: argparse.Namespace, wl: Workload, result: MeasureResult) -> None:
+    """Keep the measurement; a store that cannot be written costs a warning, never the result."""
+    from .records import Records
+
+    try:
+        Records(args.records).append(wl, result, os.environ.get("NNI_EXP_ID"),
+                                     os.environ.get("NNI_TRIAL_JOB_ID"), args.tuner)
+    except (OSError, sqlite3.Error) as err:
+        print(f"warning: measurement not recorded: {err}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         options = Options(target=args.target, build_timeout_s=args.build_timeout,
                           run_timeout_s=args.run_timeout, repeat=args.repeat,
                           min_repeat_ms=args.min_repeat_ms, seed=args.seed, template=args.template)
-        report = measure(wl, params, options).report(parameter_id)
+        result = measure(wl, params, options)
+        report = result.report(parameter_id)
+        if not args.no_record:
+            _record(args, wl, result)
     print(json.dumps(report), flush=True)
     if under_nni:
         nni.report_final_result(report)

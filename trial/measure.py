@@ -42,12 +42,16 @@ class MeasureResult:
     latency_std_ms: float | None = None
     build_s: float | None = None
     target: str = ""
-    device: str = ""
+    device: str = ""  # the device's model name
+    device_index: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def report(self, parameter_id: Any = None) -> dict[str, Any]:
         """The metric dict a trial reports to NNI ("default" is what tuners optimise)."""
-        out = {"default": self.gflops, **{k: v for k, v in asdict(self).items() if k != "extra"}}
+        out = {"default": self.gflops,
+               **{k: v for k, v in asdict(self).items() if k not in ("extra", "device_index")}}
+        if self.device_index is not None:
+            out["device"] = f"{self.device} (device {self.device_index})"
         # NNI 3.0's dispatcher parses metrics with json_tricks, whose comment stripping breaks on
         # '#' inside nested strings (the metric is then lost): text carries a look-alike instead.
         for key in ("reason", "target", "device"):
@@ -83,7 +87,8 @@ def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Opt
     if params is None:
         params = template.default_params(wl, target.is_gpu)
     arch = target.target.get("arch") or target.target.get("mcpu", "")
-    conn.send(("target", {"target": f"{target.kind} {arch}".strip(), "params": params}))
+    conn.send(("target", {"target": f"{target.kind} {arch}".strip(), "device": target.device_name,
+                          "params": params}))
     try:
         build.check(wl, template, params, target)
     except build.InvalidConfig as err:
@@ -95,9 +100,9 @@ def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Opt
         return finish("compile_error", _reason(err))
     conn.send(("built", time.perf_counter() - start))
     with devicelock.acquire(target.kind, target.num_devices) as index:
-        conn.send(("running", f"{target.device_name} (device {index})"))
+        conn.send(("running", index))
         try:
-            timing = run.run(wl, lib, target.device(index), options.repeat, options.min_repeat_ms, options.seed)
+            timing = run.run(wl, lib.mod, target.device(index), options.repeat, options.min_repeat_ms, options.seed)
         except run.WrongResult as err:
             return finish("wrong_result", str(err))
         except Exception as err:
@@ -144,11 +149,12 @@ def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Opti
                 result.reason = f"{_death(proc)} during {stage}"
                 return result
             if kind == "target":
-                result.target, result.params = payload["target"], payload["params"]
+                for key, value in payload.items():
+                    setattr(result, key, value)
             elif kind == "built":
                 result.build_s, stage, deadline = payload, "lock", None
             elif kind == "running":
-                result.device, stage = payload, "run"
+                result.device_index, stage = payload, "run"
                 deadline = time.monotonic() + options.run_timeout_s
             else:
                 for key, value in payload.items():

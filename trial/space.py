@@ -45,7 +45,7 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",
         "searchSpaceFile": "search_space.json",
-        "trialCommand": f"python3 -m trial {wl.op} {wl.spec}",
+        "trialCommand": f"python3 -m trial {wl.op} {wl.spec} --tuner {tuner}",
         "trialCodeDirectory": code,
         "trialConcurrency": concurrency,
         "maxTrialNumber": max_trials,

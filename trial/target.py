@@ -104,3 +104,12 @@ def resolve(kind: str = "auto") -> Target:
         return _llvm()
     raise TargetError(f"target {kind!r} requested but no {kind.upper()} device is visible "
                       f"(TVM found none; check the driver and that this TVM build supports {kind})")
+
+
+if __name__ == "__main__":
+    # python -m trial.target [kind]: what a trial would run on here, as JSON (used by tools that must
+    # not hold a GPU context themselves).
+    import json
+    import sys
+
+    print(json.dumps(resolve(sys.argv[1] if len(sys.argv) > 1 else "auto").describe()))

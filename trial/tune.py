@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from nni.experiment.config import ExperimentConfig
+
+from .records import Record, Records
+from .workload import parse
 
 FINISHED = ("DONE", "ERROR", "STOPPED")
 ACTIVE = ("WAITING", "RUNNING", "UNKNOWN")
@@ -105,13 +110,40 @@ def _print_progress(state: str, records: list[TrialRecord]) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {state}: {len(done)} trials measured {counts}, {figure}", flush=True)
 
 
+def this_device(kind: str) -> str:
+    """The device a trial would use here, asked of a child process so this one holds no GPU context."""
+    out = subprocess.run([sys.executable, "-m", "trial.target", kind], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    return json.loads(out)["device_name"]
+
+
+def tuned_before(config: Path) -> Record | None:
+    """The best recorded verified kernel of the config's workload on this machine's device, if any."""
+    command = ExperimentConfig.load(config).trial_command
+    found = re.search(r"-m trial (\S+) (\S+)", command)
+    if not found:
+        return None
+    wl = parse(*found.groups())
+    best_found = Records().best(wl.key, this_device(os.environ.get("OPEVO_TARGET", "auto")))
+    return best_found[0] if best_found else None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trial.tune", description=__doc__.split("\n\n")[0])
     p.add_argument("config", type=Path, help="an experiment config, e.g. experiments/mm/N512K1024M1024/config_opevo.yml")
     p.add_argument("--port", type=int, default=8080, help="web UI port (default 8080)")
     p.add_argument("--timeout", type=float, default=24 * 3600, help="stop following after this many seconds")
     p.add_argument("--stop", action="store_true", help="stop the experiment when it is done")
+    p.add_argument("--retune", action="store_true", help="tune even if the records hold a tuned kernel")
     args = p.parse_args(argv)
+    known = None if args.retune else tuned_before(args.config)
+    if known:
+        print(f"a tuned kernel of {known.workload} on {known.device} is recorded: {known.gflops:.1f} GFLOPS, "
+              f"{known.latency_ms:.4f} ms ({known.tuner or 'no'} tuner, experiment {known.experiment or '-'}, "
+              f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(known.time))}).\n"
+              f"export it:  python -m trial.records export {known.workload}\n"
+              f"tune again: make tune RETUNE=1  (or python -m trial.tune {args.config} --retune)")
+        return 0
     exp_id = create(args.config, args.port)
     print(f"experiment {exp_id} started: web UI at http://127.0.0.1:{args.port}", flush=True)
     final = wait(args.port, args.timeout, progress=_print_progress)

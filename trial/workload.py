@@ -41,6 +41,14 @@ class Workload:
         return f"{self.op}/{self.spec}"
 
     @property
+    def key(self) -> str:
+        """The canonical op/spec (layout always written), so equal workloads share records."""
+        d = self.dims
+        if self.op == "conv":
+            return f"conv/N{d['N']}C{d['C']}HW{d['HW']}F{d['F']}K{d['K']}ST{d['ST']}PD{d['PD']}"
+        return f"{self.op}/" + "".join(f"{k}{v}" for k, v in d.items()) + f"P{self.layout}"
+
+    @property
     def out_hw(self) -> int:
         """Output height (= width) of a convolution."""
         d = self.dims

@@ -8,13 +8,16 @@ configuration already seen (measured or in flight), is masked out, so a walker s
 neighbours in proportion to the policy (with probability ε uniformly instead). Configurations therefore
 stay integral: they are produced by the moves, never by rounding network outputs. A walker whose
 neighbours were all seen jumps to a random unseen configuration. Walkers start at random configurations
-and, after `n_steps` moves, restart from the best configuration measured so far.
+and, after `n_steps` moves, restart from the best configuration measured so far. A move found (by the
+walker's next turn) to have made things worse is undone before the next move, so walks climb instead of
+drifting; that rejection is part of the environment the critic models (its next state is then s again).
 
 Walkers do not wait for results: the next state is known as soon as a move is proposed, and the
 transition s -> s' is learned from once both ends have been measured. Its reward is q(s') − q(s), where
-q is the metric oriented by `optimize_mode` and standardised by the running mean and deviation of all
-successful measurements (`FAILURE_REWARD` for a failed trial): the improvement a move brings, so the
-actor learns which moves help from where, not merely which regions are good. The critic V is fitted to
+q is the quantile of the metric (oriented by `optimize_mode`) among all successful measurements, scaled
+to [-1, 1], and `FAILURE_QUALITY` for a failed trial. Ranks make the reward scale-free and robust to the
+heavy tails of run times; the difference is the improvement a move brings, so the actor learns which
+moves help from where, not merely which regions are good. The critic V is fitted to
 the one-step target y = r + GAMMA·V(s'), and the actor ascends A·∇log π(a|s) with the advantage
 A = y − V(s) held constant. Both networks are numpy MLPs with hand-written gradients, trained by Adam one
 transition at a time. The networks are not checkpointed: on resume they start afresh, and the walkers
@@ -22,6 +25,7 @@ restart from the best restored measurement.
 """
 from __future__ import annotations
 
+import bisect
 import copy
 import math
 from collections.abc import Hashable
@@ -37,8 +41,8 @@ from .space import Choice, Config, Discrete, Factor, Parameter, Perm, SearchSpac
 GAMMA = 0.5
 """Discount of the critic's one-step target: small, because walks are short and the next step matters most."""
 
-FAILURE_REWARD = -2.0
-"""Standardised quality of a configuration whose trial failed: two deviations below the mean measurement."""
+FAILURE_QUALITY = -1.5
+"""Quality of a configuration whose trial failed: successes range over [-1, 1], a failure ranks below them all."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,7 @@ def a2c_update(actor: MLP, critic: MLP, actor_opt: Adam, critic_opt: Adam, x: np
 @dataclass
 class _Walker:
     state: Config | None = None
+    previous: Config | None = None
     steps: int = 0
 
 
@@ -193,12 +198,10 @@ class _Transition:
 
 
 @dataclass
-class _Stats:
-    """Running mean and deviation of the successful scores, and the best configuration."""
+class _Ranks:
+    """The successful scores, sorted, and the best configuration."""
 
-    count: int = 0
-    total: float = 0.0
-    total_sq: float = 0.0
+    scores: list[float] = field(default_factory=list)
     best: tuple[float, Config] | None = None
     keys: set[Hashable] = field(default_factory=set)
 
@@ -206,18 +209,17 @@ class _Stats:
         if key in self.keys:
             return
         self.keys.add(key)
-        self.count += 1
-        self.total += score
-        self.total_sq += score * score
+        bisect.insort(self.scores, score)
         if self.best is None or score > self.best[0]:
             self.best = (score, config)
 
-    def standardise(self, score: float) -> float:
-        if self.count < 2:
+    def quality(self, score: float) -> float:
+        """The score's quantile among the successes, scaled to [-1, 1] (ties count half)."""
+        if not self.scores:
             return 0.0
-        mean = self.total / self.count
-        std = math.sqrt(max(self.total_sq / self.count - mean * mean, 0.0))
-        return (score - mean) / std if std > 1e-12 * max(1.0, abs(mean)) else 0.0
+        below = bisect.bisect_left(self.scores, score)
+        not_above = bisect.bisect_right(self.scores, score)
+        return (below + not_above) / len(self.scores) - 1.0
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -262,7 +264,7 @@ class NA2CTuner(SpaceTuner):
         self._transitions: dict[Hashable, _Transition] = {}
         self._waiting: dict[Hashable, list[_Transition]] = {}
         self._outcomes: dict[Hashable, float | None] = {}
-        self._stats = _Stats()
+        self._ranks = _Ranks()
 
     def propose(self) -> Config:
         """The next walker's next move; a walker at its episode's end first restarts from the best config."""
@@ -270,11 +272,11 @@ class NA2CTuner(SpaceTuner):
         walker = self._walkers[self._turn]
         self._turn = (self._turn + 1) % len(self._walkers)
         if walker.state is None or walker.steps >= self.n_steps:
-            walker.steps = 0
-            if walker.state is None or self._stats.best is None:
+            walker.steps, walker.previous = 0, None
+            if walker.state is None or self._ranks.best is None:
                 walker.state = self.random_unseen()
                 return walker.state
-            walker.state = self._stats.best[1]
+            walker.state = self._ranks.best[1]
         return self._step(walker)
 
     def observe(self, config: Config, value: float | None) -> None:
@@ -284,7 +286,7 @@ class NA2CTuner(SpaceTuner):
         key = self.space.key(config)
         self._outcomes[key] = None if value is None else self.score(value)
         if value is not None:
-            self._stats.add(key, config, self.score(value))
+            self._ranks.add(key, config, self.score(value))
         ready = self._waiting.pop(key, [])
         transition = self._transitions.pop(key, None)
         if transition is not None:
@@ -297,19 +299,25 @@ class NA2CTuner(SpaceTuner):
 
     def _quality(self, key: Hashable) -> float:
         score = self._outcomes[key]
-        return FAILURE_REWARD if score is None else self._stats.standardise(score)
+        return FAILURE_QUALITY if score is None else self._ranks.quality(score)
 
     def _learn(self, t: _Transition) -> None:
         """Train both networks on t: s -> s', rewarded by the improvement q(s') − q(s)."""
         assert self.actor is not None and self.critic is not None
         assert self._actor_opt is not None and self._critic_opt is not None
         reward = self._quality(t.target) - self._quality(t.source)
+        x_after = t.x_next if reward >= 0 else t.x  # a move that made things worse is undone
         a2c_update(self.actor, self.critic, self._actor_opt, self._critic_opt, t.x, t.mask, t.action, reward,
-                   t.x_next)
+                   x_after)
 
     def _step(self, walker: _Walker) -> Config:
-        """Move `walker` to an unseen neighbour drawn from the policy (or ε-uniformly); record the transition."""
+        """Move `walker` to an unseen neighbour drawn from the policy (or ε-uniformly); record the transition.
+
+        If its last move is known by now to have made things worse, the walker first goes back.
+        """
         assert self.space is not None and self.actor is not None and walker.state is not None
+        if walker.previous is not None and self._worse(walker.state, walker.previous):
+            walker.state = walker.previous
         state = walker.state
         walker.steps += 1
         targets = []
@@ -318,7 +326,7 @@ class NA2CTuner(SpaceTuner):
             targets.append(None if value is None else {**state, move.name: value})
         mask = np.array([t is not None and not self.is_seen(t) for t in targets])
         if not mask.any():
-            walker.state = self.random_unseen()
+            walker.previous, walker.state = None, self.random_unseen()
             return walker.state
         x = self._encode(state)
         allowed = np.flatnonzero(mask).tolist()
@@ -330,8 +338,14 @@ class NA2CTuner(SpaceTuner):
         config = targets[action]
         self._transitions[self.space.key(config)] = _Transition(
             self.space.key(state), self.space.key(config), x, self._encode(config), mask, action)
-        walker.state = config
+        walker.previous, walker.state = state, config
         return config
+
+    def _worse(self, config: Config, than: Config) -> bool:
+        """Whether both are measured and `config` ranks below `than` (a failure ranks below every success)."""
+        assert self.space is not None
+        a, b = self.space.key(config), self.space.key(than)
+        return a in self._outcomes and b in self._outcomes and self._quality(a) < self._quality(b)
 
     def _encode(self, config: Config) -> np.ndarray:
         assert self.space is not None
@@ -356,9 +370,9 @@ class NA2CTuner(SpaceTuner):
         self._transitions = {}
         self._waiting = {}
         self._outcomes = {}
-        self._stats = _Stats()
+        self._ranks = _Ranks()
         for config, value in self.history():
             key = self.space.key(config)
             self._outcomes[key] = None if value is None else self.score(value)
             if value is not None:
-                self._stats.add(key, config, self.score(value))
+                self._ranks.add(key, config, self.score(value))

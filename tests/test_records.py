@@ -1,0 +1,132 @@
+"""The records store: concurrent and interrupted writers, best/list, export of a verified library."""
+import json
+import multiprocessing as mp
+import os
+import signal
+import sqlite3
+import time
+
+import numpy as np
+import tvm
+
+from trial import records, verify
+from trial.measure import MeasureResult, Options, measure
+from trial.records import Records
+from trial.workload import parse
+
+WL = parse("mm", "N32K32M32")
+
+
+def fake(gflops: float, i: int = 0, status: str = "ok", device: str = "gpu A") -> MeasureResult:
+    return MeasureResult(status, "" if status == "ok" else "why", {"K": [i, 1, 1]}, gflops,
+                         1.0 / max(gflops, 1e-9) if status == "ok" else None, 0.0, 0.1, "cuda sm_90", device)
+
+
+def _writer(path: str, worker: int, count: int) -> None:
+    store = Records(path)
+    for i in range(count):
+        store.append(WL, fake(float(i), worker * 1000 + i), "exp", f"w{worker}-{i}")
+
+
+def test_concurrent_appends_lose_nothing(tmp_path):
+    path = str(tmp_path / "r.sqlite")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, w, 60)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    rows = Records(path).query()
+    assert len(rows) == 240
+    assert len({r.trial for r in rows}) == 240
+
+
+def _endless_writer(path: str) -> None:
+    store = Records(path)
+    i = 0
+    while True:
+        store.append(WL, fake(1.0, i), "exp", f"t{i}")
+        i += 1
+
+
+def test_a_killed_writer_leaves_a_readable_store(tmp_path):
+    path = str(tmp_path / "r.sqlite")
+    ctx = mp.get_context("spawn")
+    proc = ctx.Process(target=_endless_writer, args=(path,))
+    proc.start()
+    deadline = time.monotonic() + 60
+    while (not os.path.exists(path) or len(Records(path).query(limit=30)) < 30) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    rows = Records(path).query()
+    assert len(rows) >= 30
+    assert sorted(int(r.trial[1:]) for r in rows) == list(range(len(rows)))  # no gap, no torn record
+    Records(path).append(WL, fake(2.0), "exp", "after")  # and it takes new records
+
+
+def test_best_is_per_workload_device_and_distinct(tmp_path):
+    store = Records(tmp_path / "r.sqlite")
+    store.append(WL, fake(10.0, 1))
+    store.append(WL, fake(30.0, 2))
+    store.append(WL, fake(30.0, 2))  # the same config measured again
+    store.append(WL, fake(99.0, 3, status="wrong_result"))
+    store.append(WL, fake(50.0, 4, device="gpu B"))
+    store.append(parse("mm", "N32K32M32PNT"), fake(70.0, 5))
+    best = store.best(WL.key, "gpu A", n=5)
+    assert [r.gflops for r in best] == [30.0, 10.0]
+    assert store.best(WL.key, None, n=1)[0].device == "gpu B"
+    assert store.append(WL, fake(1.0), "exp", "t1") and not store.append(WL, fake(1.0), "exp", "t1")
+
+
+def test_export_writes_a_verified_library(tmp_path):
+    store = Records(tmp_path / "r.sqlite")
+    params = {"K": [2, 4, 4], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1}
+    result = measure(WL, params, Options(target="llvm", min_repeat_ms=1))
+    assert result.status == "ok"
+    store.append(WL, result, "exp", "t0", "opevo")
+    out = tmp_path / "export"
+    code = records.main(["--records", str(store.path), "export", "mm/N32K32M32", "--out", str(out),
+                         "--target", "llvm"])
+    assert code == 0
+    assert {"kernel.so", "kernel.ll", "kernel.s", "params.json", "report.json"} <= {p.name for p in out.iterdir()}
+    report = json.loads((out / "report.json").read_text())
+    assert report["params"] == params and report["tuner"] == "opevo" and report["experiment"] == "exp"
+    assert report["tuned"]["gflops"] > 0 and report["baseline"]["gflops"] > 0 and report["improvement"] > 0
+    assert report["trials"] == 1
+
+    lib = tvm.runtime.load_module(str(out / "kernel.so"))  # what a user of the export does
+    inputs = verify.make_inputs(WL, seed=3)
+    dev = tvm.cpu()
+    c = tvm.runtime.tensor(np.zeros(WL.output_shape, "float32"), dev)
+    lib["main"](*[tvm.runtime.tensor(x, dev) for x in inputs], c)
+    assert verify.check(WL, inputs, c.numpy(), seed=3) is None
+    np.testing.assert_allclose(c.numpy(), inputs[0].astype(np.float64) @ inputs[1], rtol=1e-4, atol=1e-4)
+
+
+def test_export_refuses_a_record_of_another_device(tmp_path, capsys):
+    store = Records(tmp_path / "r.sqlite")
+    store.append(WL, fake(10.0, 1, device="NVIDIA H100"))
+    assert records.main(["--records", str(store.path), "best", "mm/N32K32M32", "--target", "llvm"]) == 1
+    assert "no verified record" in capsys.readouterr().out
+    code = records.main(["--records", str(store.path), "export", "mm/N32K32M32", "--device", "NVIDIA H100",
+                         "--target", "llvm", "--out", str(tmp_path / "x")])
+    assert code == 2
+    assert "measured on 'NVIDIA H100'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_tune_says_a_tuned_kernel_exists_instead_of_tuning_again(tmp_path, capsys):
+    from trial import space, tune
+    from trial.target import resolve
+
+    folder = space.write(WL, tmp_path / "experiments", max_trials=4, concurrency=1)
+    result = fake(42.0, 1, device=resolve("auto").device_name)
+    Records().append(WL, result, "exp0", "t0", "opevo")  # the default store, as the trials use it
+    assert tune.main([str(folder / "config_opevo.yml"), "--port", "1"]) == 0  # port 1: nothing may start
+    out = capsys.readouterr().out
+    assert "a tuned kernel of mm/N32K32M32PNN" in out and "42.0 GFLOPS" in out
+    assert "python -m trial.records export mm/N32K32M32PNN" in out and "RETUNE=1" in out
