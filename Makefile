@@ -11,7 +11,29 @@ RETUNE ?=
 EXPERIMENT = experiments/$(OP)/$(SPEC)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test tune experiment trial clean
+.PHONY: help install test tune experiment trial clean cuda-env rocm-env
+
+# Docker environments. The image installs the suite with `make install VENV=/opt/venv` (the install
+# CI runs) into a venv outside the repository, which is mounted at CONTAINER_REPO, where the image's
+# editable install points, so edits on the host are live inside. The container user gets the host
+# user's uid/gid so that files written to the mount stay the host user's (root maps to 1000).
+DOCKER ?= docker
+CUDA_IMAGE ?= opevo-suite:cuda
+ROCM_IMAGE ?= opevo-suite:rocm
+WEB_PORT ?= 8080
+WEB_ADDR ?= 127.0.0.1
+CONTAINER_REPO ?= /workspace/opevo-suite
+HOST_UID := $(shell id -u)
+HOST_GID := $(shell id -g)
+DOCKER_UID ?= $(if $(filter 0,$(HOST_UID)),1000,$(HOST_UID))
+DOCKER_GID ?= $(if $(filter 0,$(HOST_UID)),1000,$(HOST_GID))
+DOCKER_TTY ?= -it
+DOCKER_BUILD_ARGS ?=
+DOCKER_RUN_ARGS ?=
+DOCKER_BUILD = $(DOCKER) build --build-arg REPO_DIR=$(CONTAINER_REPO) \
+	--build-arg USER_UID=$(DOCKER_UID) --build-arg USER_GID=$(DOCKER_GID) $(DOCKER_BUILD_ARGS)
+DOCKER_RUN = $(DOCKER) run --rm --init $(DOCKER_TTY) -v "$(CURDIR)":$(CONTAINER_REPO) \
+	-p $(WEB_ADDR):$(WEB_PORT):8080 $(DOCKER_RUN_ARGS)
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -36,6 +58,14 @@ experiment: install  ## write the experiment folder of OP/SPEC (search space + o
 
 trial: install  ## measure the hand-picked config of OP/SPEC once, e.g. make trial OP=conv SPEC=N1C3HW32F8K3ST1PD1
 	$(BIN)/python -m trial $(OP) $(SPEC)
+
+cuda-env:  ## build the CUDA image and open a shell in it: all GPUs, this repo mounted, web UI on WEB_PORT
+	$(DOCKER_BUILD) -f Dockerfile.cuda -t $(CUDA_IMAGE) .
+	$(DOCKER_RUN) --gpus all $(CUDA_IMAGE)
+
+rocm-env:  ## the same for AMD GPUs (the image builds TVM with ROCm from source: long the first time)
+	$(DOCKER_BUILD) -f Dockerfile.rocm -t $(ROCM_IMAGE) .
+	$(DOCKER_RUN) --device /dev/kfd --device /dev/dri --group-add video $(ROCM_IMAGE)
 
 clean:  ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -119,7 +119,7 @@ def test_beats_random_search_maximizing(name: str) -> None:
             model.validate(config)
     gbfs = statistics.mean(max(run.values) for run in runs)
     rand = statistics.mean(random_search_best(space, s, budget, f) for s in seeds)
-    assert gbfs > 3 * rand
+    assert gbfs > 5 * rand
 
 
 @pytest.mark.parametrize("name", ["mm", "conv"])
@@ -133,7 +133,7 @@ def test_beats_random_search_minimizing(name: str) -> None:
     gbfs = [min(FakeNNI(make_tuner(space, optimize_mode="minimize", seed=s), lambda c: ok(seconds(c)),
                         order_seed=s).run(budget).values) for s in seeds]
     rand = [random_search_best(space, s, budget, seconds, pick=min) for s in seeds]
-    assert statistics.mean(gbfs) < statistics.mean(rand) / 3
+    assert statistics.mean(gbfs) < statistics.mean(rand) / 5
 
 
 def test_same_seed_same_run() -> None:

@@ -72,6 +72,8 @@ def _reason(err: BaseException) -> str:
 def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Options) -> None:
     os.dup2(2, 1)  # keep the parent's stdout for its one JSON line
     from . import build, devicelock, run, templates
+    from tuners.space import from_twin
+
     from .target import TargetError, resolve
     from .workload import parse
 
@@ -86,6 +88,8 @@ def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Opt
         return finish("invalid", str(err))
     if params is None:
         params = template.default_params(wl, target.is_gpu)
+    else:  # NNI's built-in tuners search the standard-type twin of the space
+        params = from_twin(template.search_space(wl), params)
     arch = target.target.get("arch") or target.target.get("mcpu", "")
     conn.send(("target", {"target": f"{target.kind} {arch}".strip(), "device": target.device_name,
                           "params": params}))

@@ -1,7 +1,9 @@
 """python -m trial.space <op> <spec>: write an experiment folder for a workload.
 
 experiments/<op>/<spec>/ gets search_space.json (the template's knobs) and one NNI v2 config per
-tuner (config_opevo.yml, config_gbfs.yml, config_na2c.yml).  Paths in the configs are relative
+suite tuner (config_opevo.yml, config_gbfs.yml, config_na2c.yml), plus search_space_twin.json (the
+same space in NNI's standard types, see tuners/space/twin.py) and configs for NNI's built-in
+TPE, Random and Evolution tuners over it, for fair comparisons.  Paths in the configs are relative
 to the config file, so `nnictl create --config .../config_opevo.yml` works from any folder.
 """
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tuners.space import twin_space
 
 from . import templates
 from .workload import SpecError, Workload, parse
@@ -32,6 +36,11 @@ TUNERS: dict[str, dict[str, Any]] = {
              "classArgs": {"optimize_mode": "maximize", "n_states": 8, "n_steps": 16, "hidden_size": 64,
                            "lr": 0.01}},
 }
+BUILTIN_TUNERS: dict[str, dict[str, Any]] = {
+    "tpe": {"name": "TPE", "classArgs": {"optimize_mode": "maximize"}},
+    "random": {"name": "Random"},
+    "evolution": {"name": "Evolution", "classArgs": {"optimize_mode": "maximize", "population_size": 32}},
+}
 
 
 def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
@@ -42,14 +51,15 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
            concurrency: int = CONCURRENCY) -> dict[str, Any]:
     """The NNI v2 config of `tuner` for `wl`, with paths relative to the folder `out`."""
     code = os.path.relpath(ROOT, out)
+    builtin = tuner in BUILTIN_TUNERS
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",
-        "searchSpaceFile": "search_space.json",
+        "searchSpaceFile": "search_space_twin.json" if builtin else "search_space.json",
         "trialCommand": f"python3 -m trial {wl.op} {wl.spec} --tuner {tuner}",
         "trialCodeDirectory": code,
         "trialConcurrency": concurrency,
         "maxTrialNumber": max_trials,
-        "tuner": {"codeDirectory": code, **TUNERS[tuner]},
+        "tuner": BUILTIN_TUNERS[tuner] if builtin else {"codeDirectory": code, **TUNERS[tuner]},
         "trainingService": {"platform": "local"},
     }
 
@@ -60,9 +70,10 @@ def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
     out = folder(wl, root)
     out.mkdir(parents=True, exist_ok=True)
     space = templates.load(wl.op).search_space(wl)
-    lines = [f"  {json.dumps(name)}: {json.dumps(knob)}" for name, knob in space.items()]
-    (out / "search_space.json").write_text("{\n" + ",\n".join(lines) + "\n}\n")
-    for tuner in TUNERS:
+    for name, content in (("search_space.json", space), ("search_space_twin.json", twin_space(space))):
+        lines = [f"  {json.dumps(key)}: {json.dumps(knob)}" for key, knob in content.items()]
+        (out / name).write_text("{\n" + ",\n".join(lines) + "\n}\n")
+    for tuner in [*TUNERS, *BUILTIN_TUNERS]:
         text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency), sort_keys=False)
         header = f"# Written by `python -m trial.space {wl.op} {wl.spec}`.\n"
         (out / f"config_{tuner}.yml").write_text(header + text)

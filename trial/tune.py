@@ -83,19 +83,23 @@ def best(records: list[TrialRecord]) -> TrialRecord | None:
     return max(ok, key=lambda r: r.metric["gflops"], default=None)
 
 
-def wait(port: int, timeout_s: float, poll_s: float = 5.0, progress=None) -> str:
+def wait(port: int, timeout_s: float, poll_s: float = 5.0, progress=None, settle_s: float = 15.0) -> str:
     """Poll until the experiment finishes (or `timeout_s` passes); returns the last status.
 
-    NO_MORE_TRIAL is final only once no trial is active: while trials run, a tuner that queued
-    requests (and so said "no more" for now) may still answer them.
+    NO_MORE_TRIAL is final only once no trial has been active for `settle_s`: a tuner that queued
+    requests (and so said "no more" for now) answers them when results arrive, which turns the
+    status back to RUNNING.
     """
     deadline = time.monotonic() + timeout_s
+    idle_since = None
     while True:
         now, records = status(port), trials(port)
         if progress:
             progress(now, records)
-        idle = not any(r.status in ACTIVE for r in records)
-        if now in FINISHED or (now == "NO_MORE_TRIAL" and idle) or time.monotonic() > deadline:
+        idle = now == "NO_MORE_TRIAL" and not any(r.status in ACTIVE for r in records)
+        idle_since = (idle_since or time.monotonic()) if idle else None
+        settled = idle_since is not None and time.monotonic() - idle_since >= settle_s
+        if now in FINISHED or settled or time.monotonic() > deadline:
             return now
         time.sleep(poll_s)
 

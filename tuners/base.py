@@ -57,6 +57,13 @@ class _Entry:
     value: float | None = None
 
 
+def positive_int(name: str, value: Any) -> int:
+    """`value` if it is a positive int (not a bool); else a ValueError naming the classArg `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def parse_metric(value: Any) -> float | None:
     """The number a trial's final result carries, or None when the trial failed.
 
@@ -143,6 +150,12 @@ class SpaceTuner(Tuner):
         """Every finished measurement as (configuration, metric or None if it failed), oldest first."""
         with self._lock:
             return [(copy.deepcopy(e.config), e.value) for e in self._entries.values() if e.state != PENDING]
+
+    def best(self) -> tuple[Config, float] | None:
+        """The best successful measurement as (configuration, metric), the oldest among equals; None if none."""
+        with self._lock:
+            results = self.measured()
+            return max(results, key=lambda item: self.score(item[1])) if results else None
 
     def random_unseen(self) -> Config | None:
         """A uniformly random unseen configuration, or the nearest unseen one to a random sample."""

@@ -1,8 +1,8 @@
 """G-BFS (Zhang et al., "Compiler-Level Matrix Multiplication Optimization for Deep Learning", arXiv 1909.10616).
 
-Graph-based breadth-first search over the configuration graph of `SearchSpace` (two configurations are
-adjacent when one parameter differs by one move: a prime factor shifted between tiles, a step to an
-adjacent discrete value, another choice, a swap in a permutation). A priority queue holds the measured
+Greedy best-first search over the configuration graph of `SearchSpace` (two configurations are adjacent
+when one parameter differs by one move: a prime factor shifted between tiles, a step to an adjacent
+discrete value, another choice, a swap in a permutation). A priority queue holds the measured
 configurations by score; the best one not yet expanded is expanded by proposing up to ρ of its unseen
 neighbours, drawn at random, which join the queue once measured.
 
@@ -24,16 +24,9 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Hashable
-from typing import Any
 
-from .base import SpaceTuner
+from .base import SpaceTuner, positive_int
 from .space import Config, SearchSpace
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class GBFSTuner(SpaceTuner):
@@ -47,7 +40,7 @@ class GBFSTuner(SpaceTuner):
 
     def __init__(self, optimize_mode: str = "maximize", num_samples: int = 5, seed: int | None = None) -> None:
         super().__init__(optimize_mode=optimize_mode, seed=seed)
-        self.num_samples = _positive_int("num_samples", num_samples)
+        self.num_samples = positive_int("num_samples", num_samples)
         self._graph_space: SearchSpace | None = None
         self._frontier: list[tuple[float, int, Config]] = []
         self._in_frontier: set[Hashable] = set()
@@ -83,14 +76,6 @@ class GBFSTuner(SpaceTuner):
         self._sync()
         if value is not None:
             self._push(config, value)
-
-    def best(self) -> tuple[Config, float] | None:
-        """The best successful measurement (the oldest among equals), or None before any success."""
-        with self._lock:
-            results = self.measured()
-            if not results:
-                return None
-            return max(results, key=lambda item: self.score(item[1]))
 
     def _push(self, config: Config, value: float) -> None:
         assert self.space is not None

@@ -20,8 +20,8 @@ heavy tails of run times; the difference is the improvement a move brings, so th
 moves help from where, not merely which regions are good. The critic V is fitted to
 the one-step target y = r + GAMMA·V(s'), and the actor ascends A·∇log π(a|s) with the advantage
 A = y − V(s) held constant. Both networks are numpy MLPs with hand-written gradients, trained by Adam one
-transition at a time. The networks are not checkpointed: on resume they start afresh, and the walkers
-restart from the best restored measurement.
+transition at a time. The networks and walkers are not checkpointed: on resume they start afresh, with
+the restored measurements marked seen and counted in the ranks.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import SpaceTuner
+from .base import SpaceTuner, positive_int
 from .space import Choice, Config, Discrete, Factor, Parameter, Perm, SearchSpace
 
 GAMMA = 0.5
@@ -103,7 +103,7 @@ class MLP:
 
     def __init__(self, n_in: int, n_hidden: int, n_out: int, rng: np.random.Generator, out_scale: float = 1.0) -> None:
         self.params = {
-            "W1": rng.normal(0.0, 1.0 / math.sqrt(max(n_in, 1)), (n_hidden, n_in)),
+            "W1": rng.normal(0.0, 1.0 / math.sqrt(n_in), (n_hidden, n_in)),
             "b1": np.zeros(n_hidden),
             "W2": rng.normal(0.0, out_scale / math.sqrt(n_hidden), (n_out, n_hidden)),
             "b2": np.zeros(n_out),
@@ -190,7 +190,7 @@ class _Walker:
 @dataclass
 class _Transition:
     source: Hashable
-    target: Hashable
+    dest: Hashable
     x: np.ndarray
     x_next: np.ndarray
     mask: np.ndarray
@@ -199,19 +199,16 @@ class _Transition:
 
 @dataclass
 class _Ranks:
-    """The successful scores, sorted, and the best configuration."""
+    """The successful scores, sorted."""
 
     scores: list[float] = field(default_factory=list)
-    best: tuple[float, Config] | None = None
     keys: set[Hashable] = field(default_factory=set)
 
-    def add(self, key: Hashable, config: Config, score: float) -> None:
+    def add(self, key: Hashable, score: float) -> None:
         if key in self.keys:
             return
         self.keys.add(key)
         bisect.insort(self.scores, score)
-        if self.best is None or score > self.best[0]:
-            self.best = (score, config)
 
     def quality(self, score: float) -> float:
         """The score's quantile among the successes, scaled to [-1, 1] (ties count half)."""
@@ -220,12 +217,6 @@ class _Ranks:
         below = bisect.bisect_left(self.scores, score)
         not_above = bisect.bisect_right(self.scores, score)
         return (below + not_above) / len(self.scores) - 1.0
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class NA2CTuner(SpaceTuner):
@@ -244,9 +235,9 @@ class NA2CTuner(SpaceTuner):
     def __init__(self, optimize_mode: str = "maximize", n_states: int = 8, n_steps: int = 16,
                  hidden_size: int = 64, lr: float = 0.01, epsilon: float = 0.1, seed: int | None = None) -> None:
         super().__init__(optimize_mode=optimize_mode, seed=seed)
-        self.n_states = _positive_int("n_states", n_states)
-        self.n_steps = _positive_int("n_steps", n_steps)
-        self.hidden_size = _positive_int("hidden_size", hidden_size)
+        self.n_states = positive_int("n_states", n_states)
+        self.n_steps = positive_int("n_steps", n_steps)
+        self.hidden_size = positive_int("hidden_size", hidden_size)
         if isinstance(lr, bool) or not isinstance(lr, Real) or not 0 < lr < math.inf:
             raise ValueError(f"lr must be a positive number, got {lr!r}")
         if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or not 0 <= epsilon <= 1:
@@ -273,10 +264,11 @@ class NA2CTuner(SpaceTuner):
         self._turn = (self._turn + 1) % len(self._walkers)
         if walker.state is None or walker.steps >= self.n_steps:
             walker.steps, walker.previous = 0, None
-            if walker.state is None or self._ranks.best is None:
+            best = self.best()
+            if walker.state is None or best is None:
                 walker.state = self.random_unseen()
                 return walker.state
-            walker.state = self._ranks.best[1]
+            walker.state = best[0]
         return self._step(walker)
 
     def observe(self, config: Config, value: float | None) -> None:
@@ -286,7 +278,7 @@ class NA2CTuner(SpaceTuner):
         key = self.space.key(config)
         self._outcomes[key] = None if value is None else self.score(value)
         if value is not None:
-            self._ranks.add(key, config, self.score(value))
+            self._ranks.add(key, self.score(value))
         ready = self._waiting.pop(key, [])
         transition = self._transitions.pop(key, None)
         if transition is not None:
@@ -305,7 +297,7 @@ class NA2CTuner(SpaceTuner):
         """Train both networks on t: s -> s', rewarded by the improvement q(s') − q(s)."""
         assert self.actor is not None and self.critic is not None
         assert self._actor_opt is not None and self._critic_opt is not None
-        reward = self._quality(t.target) - self._quality(t.source)
+        reward = self._quality(t.dest) - self._quality(t.source)
         x_after = t.x_next if reward >= 0 else t.x  # a move that made things worse is undone
         a2c_update(self.actor, self.critic, self._actor_opt, self._critic_opt, t.x, t.mask, t.action, reward,
                    x_after)
@@ -361,7 +353,7 @@ class NA2CTuner(SpaceTuner):
         rng = np.random.default_rng(self.rng.getrandbits(64))
         width, n_moves = self.space.encode_width, len(self.moves)
         # A small actor output layer starts the policy near uniform over the allowed moves.
-        self.actor = MLP(width, self.hidden_size, max(n_moves, 1), rng, out_scale=0.1)
+        self.actor = MLP(width, self.hidden_size, n_moves, rng, out_scale=0.1)
         self.critic = MLP(width, self.hidden_size, 1, rng)
         self._actor_opt = Adam(self.actor.params, self.lr)
         self._critic_opt = Adam(self.critic.params, self.lr)
@@ -375,4 +367,4 @@ class NA2CTuner(SpaceTuner):
             key = self.space.key(config)
             self._outcomes[key] = None if value is None else self.score(value)
             if value is not None:
-                self._ranks.add(key, config, self.score(value))
+                self._ranks.add(key, self.score(value))

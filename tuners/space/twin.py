@@ -1,8 +1,9 @@
 """Twin spaces: the suite's search spaces in NNI's standard types, for NNI's built-in tuners.
 
 NNI's built-in tuners (TPE, Random, Evolution, ...) reject `factor`, `discrete` and `perm`. `twin_space`
-rewrites a space with `choice` only, which every built-in tuner that takes `choice` accepts, and
-`from_twin` turns what such a tuner proposes back into a configuration of the original space. Native
+rewrites a space with `choice` only (TPE, Random, Evolution and GridSearch take it; GP and Metis refuse
+choices of strings), and `from_twin` turns what such a tuner proposes back into a configuration of the
+original space. Native
 configurations pass through `from_twin` unchanged, so a trial can call it on whatever it is given and then
 validate. Every twin value is a number or a string, as NNI's validation demands.
 
