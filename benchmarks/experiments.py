@@ -21,11 +21,17 @@ from trial import space, tune
 from trial.workload import parse
 
 
-def run_one(wl, tuner: str, trials: int, concurrency: int, port: int, root: Path) -> dict:
+def run_one(wl, tuner: str, trials: int, concurrency: int, port: int, root: Path, timeout_s: float) -> dict:
     folder = space.write(wl, root / tuner, max_trials=trials, concurrency=concurrency)
     start = time.monotonic()
     exp_id = tune.create(folder / f"config_{tuner}.yml", port)
-    final = tune.wait(port, timeout_s=24 * 3600, poll_s=3)
+
+    def progress(state: str, records: list) -> None:
+        top = tune.best(records)
+        print(f"[{time.monotonic() - start:6.0f} s] {tuner}: {state}, {sum(1 for r in records if r.metric)} measured,"
+              f" best {top.metric['gflops'] if top else 0:.1f} GFLOPS", flush=True)
+
+    final = tune.wait(port, timeout_s=timeout_s, poll_s=10, progress=progress)
     wall = time.monotonic() - start
     records = tune.trials(port)
     tune.nnictl("stop", exp_id, check=False)
@@ -54,6 +60,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=space.CONCURRENCY)
     p.add_argument("--together", action="store_true", help="run the tuners' experiments at the same time")
     p.add_argument("--port", type=int, default=8080, help="first web UI port; one port per tuner")
+    p.add_argument("--timeout", type=float, default=24 * 3600, help="stop each experiment after this many seconds")
     p.add_argument("--json", help="write the summary (with each tuner's best-so-far curve) here")
     args = p.parse_args()
     op, spec = args.workload.split("/")
@@ -61,7 +68,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="opevo-bench-"))
     jobs = [(t, args.port + i) for i, t in enumerate(args.tuners)]
     with ThreadPoolExecutor(len(jobs) if args.together else 1) as pool:
-        rows = list(pool.map(lambda j: run_one(wl, j[0], args.trials, args.concurrency, j[1], root), jobs))
+        rows = list(pool.map(lambda j: run_one(wl, j[0], args.trials, args.concurrency, j[1], root, args.timeout), jobs))
     vendor = None
     if any(r["best_params"] for r in rows):
         try:

@@ -46,9 +46,10 @@ def test_config_is_valid_for_nni_and_its_tuner_starts(config):
     canonical = loaded.canonical_copy()
     assert Path(canonical.trial_code_directory) == space.ROOT
     algo = canonical.tuner
-    if algo.name:  # an NNI built-in over the standard-type twin space
+    twin = Path(canonical.search_space_file).name == "search_space_twin.json"
+    assert twin == (config.stem.removeprefix("config_") in space.BUILTIN_TUNERS)
+    if algo.name:  # an NNI built-in
         tuner = create_builtin_class_instance(algo.name, algo.class_args, "tuners")
-        assert Path(canonical.search_space_file).name == "search_space_twin.json"
     else:
         assert Path(algo.code_directory) == space.ROOT
         tuner = create_customized_class_instance({"codeDirectory": algo.code_directory,

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from trial import build, templates
+from trial import build, check, templates
 from trial.measure import Options, measure
 from trial.target import DeviceLimits, Target
 from trial.workload import parse
@@ -63,8 +63,8 @@ def test_knobs_beyond_gpu_limits_are_invalid(op, spec, change, message):
     wl = parse(op, spec)
     template = templates.load(op)
     params = {**template.default_params(wl, True), **change}
-    with pytest.raises(build.InvalidConfig, match=message):
-        build.check(wl, template, params, GPU)
+    with pytest.raises(check.InvalidConfig, match=message):
+        check.check(wl, template, params, GPU)
 
 
 @pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024PTN"), ("bmm", "B960N128K64M128PNT"),
@@ -74,7 +74,7 @@ def test_gpu_schedules_lower_to_cuda(op, spec):
     wl = parse(op, spec)
     template = templates.load(op)
     params = template.default_params(wl, True)
-    build.check(wl, template, params, GPU)
+    check.check(wl, template, params, GPU)
     lib = build.build(wl, template, params, GPU)
     source = lib.mod.imports[0].inspect_source()
     assert "__global__" in source and "__shared__" in source
@@ -99,3 +99,28 @@ def test_failures_get_their_status(template, options, status, reason):
 def test_missing_target_is_reported():
     r = measure(parse("mm", "N16K16M16"), None, Options(target="rocm"))
     assert r.status == "invalid" and "no ROCM device" in r.reason
+
+
+def test_bad_knobs_are_rejected_without_a_measuring_process():
+    """Once a child has described the device, the parent checks knobs itself: no process, no TVM import."""
+    wl = parse("mm", "N64K64M64")
+    assert measure(wl, None, FAST).status == "ok"  # a child ran and described the CPU
+    r = measure(wl, {"K": [1, 1, 1]}, FAST)
+    assert r.status == "invalid" and "K: factors [1, 1, 1] multiply to 1, expected 64" in r.reason
+    assert "stages" not in r.extra and r.target.startswith("llvm") and r.device
+
+
+def test_device_limits_from_the_cache_reject_gpu_knobs(monkeypatch, tmp_path):
+    from trial import target
+
+    monkeypatch.setenv("OPEVO_LOCK_DIR", str(tmp_path))
+    target.save("cuda", GPU)
+    assert target.load("cuda") == GPU
+    wl = parse("mm", "N2048K64M2048")
+    params = {**templates.load("mm").default_params(wl, True), "X": [1, 1, 64, 32], "Y": [1, 1, 32, 64]}
+    r = measure(wl, params, Options(target="cuda"))
+    assert r.status == "invalid" and "2048 threads per block > device limit 1024" in r.reason
+    assert r.device == "test GPU" and "stages" not in r.extra
+    # knobs within the cached limits go to a child, which finds no CUDA device on this machine
+    r = measure(wl, templates.load("mm").default_params(wl, True), Options(target="cuda"))
+    assert r.status == "invalid" and "no CUDA device" in r.reason and "stages" in r.extra

@@ -130,8 +130,11 @@ def test_undecodable_values_are_left_for_validation() -> None:
 
 
 def test_clashes_are_refused() -> None:
+    clash = {"T:3": {"_type": "choice", "_value": [1, 2]}, "T": LARGE["T"]}
     with pytest.raises(SpaceError, match="clashes"):
-        twin_space({"T": LARGE["T"], "T:3": {"_type": "choice", "_value": [1, 2]}})
+        twin_space(clash)
+    with pytest.raises(SpaceError, match="clashes"):
+        from_twin(clash, {"T:3": 1, "T": [1, 1, 1, 2073600]})
     with pytest.raises(SpaceError, match="JSON text"):
         twin_space({"c": {"_type": "choice", "_value": [[1], "[1]"]}})
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import tvm
 
-from . import build, devicelock, run, templates
+from . import build, check, devicelock, run, templates
 from .records import Record
 from .target import resolve
 from .workload import Workload
@@ -55,10 +55,10 @@ def export(wl: Workload, record: Record, out: Path, target_kind: str = "auto", r
         dev = target.device(index)
         tuned = run.run(wl, loaded, dev, repeat, min_repeat_ms)
         try:
-            build.check(wl, template, baseline_params, target)
+            check.check(wl, template, baseline_params, target)
             baseline = _timing(run.run(wl, build.build(wl, template, baseline_params, target).mod, dev,
                                        repeat, min_repeat_ms), wl)
-        except (build.InvalidConfig, RuntimeError) as err:  # TVM errors and WrongResult are RuntimeErrors
+        except (check.InvalidConfig, RuntimeError) as err:  # TVM errors and WrongResult are RuntimeErrors
             baseline = {"error": str(err)}
     tuned_t = _timing(tuned, wl)
     report = {

@@ -1,10 +1,14 @@
 """Measure one knob configuration: check, build, run, verify and time it in a child process.
 
-The supervising process never imports TVM or touches a GPU; the child does all of that and reports
-each stage it reaches over a pipe, so the parent can apply the build timeout, wait (without a
-deadline) while another trial holds the device, apply the run timeout, and turn a crash of the
-child into a status.  Statuses: ok, invalid, compile_error, runtime_error, timeout, wrong_result.
-The nnictl trial and the benchmarks share this one path.
+The supervising process never touches a GPU; the child does, and reports each stage it reaches
+over a pipe, so the parent can apply the build timeout, wait (without a deadline) while another
+trial holds the device, apply the run timeout, and turn a crash of the child into a status.
+Knobs outside the space or beyond the device's limits (as an earlier child on this machine
+recorded them, see target.save) are rejected before any child starts: on a GPU machine starting
+one costs seconds, and most of a factor space is invalid.
+Statuses: ok, invalid, compile_error, runtime_error, timeout, wrong_result.
+The nnictl trial and the benchmarks share this one path.  Where the time of a measurement went is
+kept in `MeasureResult.extra["stages"]` (see `STAGES`).
 """
 from __future__ import annotations
 
@@ -18,6 +22,13 @@ from typing import Any
 from .workload import Workload
 
 STATUSES = ("ok", "invalid", "compile_error", "runtime_error", "timeout", "wrong_result")
+STAGES = ("startup", "setup", "build", "lock_wait", "run", "exit")
+"""Seconds of one measurement, in order: process start-up and imports; target and device query; knob
+check and compilation; waiting for the device lock; verification and timing; the child's exit.  Each
+is the time between two messages of the child as the parent sees them, so they add up to the whole
+call; a stage the measurement never reached is missing."""
+_STAGE_AFTER = {"start": "startup", "imported": "setup", "target": "build", "built": "lock_wait",
+                "running": "run", "result": "exit"}
 _REASON_CHARS = 600
 
 
@@ -71,11 +82,13 @@ def _reason(err: BaseException) -> str:
 
 def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Options) -> None:
     os.dup2(2, 1)  # keep the parent's stdout for its one JSON line
-    from . import build, devicelock, run, templates
     from tuners.space import from_twin
 
-    from .target import TargetError, resolve
+    from . import build, check, devicelock, run, templates
+    from .target import TargetError, resolve, save
     from .workload import parse
+
+    conn.send(("imported", None))
 
     def finish(status: str, reason: str = "", **metrics: Any) -> None:
         conn.send(("result", {"status": status, "reason": reason, **metrics}))
@@ -86,6 +99,7 @@ def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Opt
         target = resolve(options.target)
     except TargetError as err:
         return finish("invalid", str(err))
+    save(options.target, target)
     if params is None:
         params = template.default_params(wl, target.is_gpu)
     else:  # NNI's built-in tuners search the standard-type twin of the space
@@ -94,8 +108,8 @@ def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Opt
     conn.send(("target", {"target": f"{target.kind} {arch}".strip(), "device": target.device_name,
                           "params": params}))
     try:
-        build.check(wl, template, params, target)
-    except build.InvalidConfig as err:
+        check.check(wl, template, params, target)
+    except check.InvalidConfig as err:
         return finish("invalid", str(err))
     start = time.perf_counter()
     try:
@@ -128,14 +142,37 @@ def _death(proc: mp.process.BaseProcess) -> str:
     return f"measuring process exited with code {code} before reporting"
 
 
+def _precheck(wl: Workload, params: dict[str, Any] | None, options: Options) -> MeasureResult | None:
+    """An `invalid` result if the knobs are bad for the device an earlier child found here, else None."""
+    from . import check, target, templates
+    from tuners.space import from_twin
+
+    known = target.load(options.target)
+    if params is None or known is None:
+        return None
+    template = templates.load(wl.op, options.template)
+    params = from_twin(template.search_space(wl), params)
+    try:
+        check.check(wl, template, params, known)
+    except check.InvalidConfig as err:
+        arch = known.target.get("arch") or known.target.get("mcpu", "")
+        return MeasureResult("invalid", str(err), params, target=f"{known.kind} {arch}".strip(),
+                             device=known.device_name)
+    return None
+
+
 def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Options()) -> MeasureResult:
     """Measure `params` (None: the template's hand-picked config) for `wl`; never raises for a bad config."""
+    rejected = _precheck(wl, params, options)
+    if rejected:
+        return rejected
     ctx = mp.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(sender, wl.op, wl.spec, params, options), daemon=True)
     proc.start()
     sender.close()
     result = MeasureResult("runtime_error", params=params)
+    marks = [("start", time.perf_counter())]
     stage, deadline = "build", time.monotonic() + options.build_timeout_s
     try:
         while True:
@@ -148,10 +185,13 @@ def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Opti
                 return result
             try:
                 kind, payload = receiver.recv()
+                marks.append((kind, time.perf_counter()))
             except EOFError:
                 result.status = "compile_error" if stage == "build" else "runtime_error"
                 result.reason = f"{_death(proc)} during {stage}"
                 return result
+            if kind == "imported":
+                continue
             if kind == "target":
                 for key, value in payload.items():
                     setattr(result, key, value)
@@ -170,3 +210,10 @@ def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Opti
             proc.join(10)
             if proc.is_alive():
                 _stop(proc)
+        marks.append(("end", time.perf_counter()))
+        result.extra = {**result.extra, "stages": _stages(marks)}
+
+
+def _stages(marks: list[tuple[str, float]]) -> dict[str, float]:
+    """Seconds per stage (see STAGES) from the parent's arrival times of the child's messages."""
+    return {_STAGE_AFTER[kind]: later - at for (kind, at), (_, later) in zip(marks, marks[1:])}

@@ -36,8 +36,8 @@ TUNERS: dict[str, dict[str, Any]] = {
              "classArgs": {"optimize_mode": "maximize", "n_states": 8, "n_steps": 16, "hidden_size": 64,
                            "lr": 0.01}},
 }
-BUILTIN_TUNERS: dict[str, dict[str, Any]] = {
-    "tpe": {"name": "TPE", "classArgs": {"optimize_mode": "maximize"}},
+BUILTIN_TUNERS: dict[str, dict[str, Any]] = {  # NNI's tuners, over the twin space
+    "tpe": {"className": "tuners.tpe.TPETuner", "classArgs": {"optimize_mode": "maximize"}},
     "random": {"name": "Random"},
     "evolution": {"name": "Evolution", "classArgs": {"optimize_mode": "maximize", "population_size": 32}},
 }
@@ -52,6 +52,7 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
     """The NNI v2 config of `tuner` for `wl`, with paths relative to the folder `out`."""
     code = os.path.relpath(ROOT, out)
     builtin = tuner in BUILTIN_TUNERS
+    algo = BUILTIN_TUNERS[tuner] if builtin else TUNERS[tuner]
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",
         "searchSpaceFile": "search_space_twin.json" if builtin else "search_space.json",
@@ -59,7 +60,7 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
         "trialCodeDirectory": code,
         "trialConcurrency": concurrency,
         "maxTrialNumber": max_trials,
-        "tuner": BUILTIN_TUNERS[tuner] if builtin else {"codeDirectory": code, **TUNERS[tuner]},
+        "tuner": ({"codeDirectory": code, **algo} if "className" in algo else algo),
         "trainingService": {"platform": "local"},
     }
 

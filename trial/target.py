@@ -2,14 +2,19 @@
 
 `resolve("auto")` takes a CUDA GPU if one is present (arch from the device, e.g. sm_90), else a ROCm
 GPU, else the host CPU through LLVM.  Querying a GPU creates a driver context, so only the measuring
-child process calls this, never the trial's supervising parent.
+child process calls this, never the trial's supervising parent; the child leaves what it found in a
+small cache (`save` / `load`) from which the parent checks knobs against the device's limits.
+TVM is imported only where a device is queried, so the parent does not pay for it.
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-import tvm
+from .devicelock import lock_dir
 
 KINDS = ("auto", "cuda", "rocm", "llvm")
 _MAX_REGISTERS_PER_BLOCK = 9  # TVM's DeviceAttrKind::kMaxRegistersPerBlock
@@ -43,7 +48,9 @@ class Target:
     def is_gpu(self) -> bool:
         return self.kind in ("cuda", "rocm")
 
-    def device(self, index: int = 0) -> tvm.runtime.Device:
+    def device(self, index: int = 0) -> Any:
+        import tvm
+
         return {"cuda": tvm.cuda, "rocm": tvm.rocm, "llvm": tvm.cpu}[self.kind](index)
 
     def describe(self) -> dict[str, Any]:
@@ -58,7 +65,7 @@ def _count(make_device) -> int:
     return n
 
 
-def _gpu_limits(dev: tvm.runtime.Device) -> DeviceLimits:
+def _gpu_limits(dev: Any) -> DeviceLimits:
     dims = dev.max_thread_dimensions
     regs = dev._GetDeviceAttr(dev.dlpack_device_type(), dev.index, _MAX_REGISTERS_PER_BLOCK) or 65536
     return DeviceLimits(dev.max_threads_per_block, tuple(dims), dev.max_shared_memory_per_block,
@@ -66,6 +73,8 @@ def _gpu_limits(dev: tvm.runtime.Device) -> DeviceLimits:
 
 
 def _cuda() -> Target | None:
+    import tvm
+
     n = _count(tvm.cuda)
     if n == 0:
         return None
@@ -75,6 +84,8 @@ def _cuda() -> Target | None:
 
 
 def _rocm() -> Target | None:
+    import tvm
+
     n = _count(tvm.rocm)
     if n == 0:
         return None
@@ -85,6 +96,8 @@ def _rocm() -> Target | None:
 
 
 def _llvm() -> Target:
+    import tvm
+
     cpu = tvm.target.codegen.llvm_get_system_cpu()
     return Target("llvm", {"kind": "llvm", "mcpu": cpu}, f"cpu {cpu}", 1, None)
 
@@ -104,6 +117,34 @@ def resolve(kind: str = "auto") -> Target:
         return _llvm()
     raise TargetError(f"target {kind!r} requested but no {kind.upper()} device is visible "
                       f"(TVM found none; check the driver and that this TVM build supports {kind})")
+
+
+def _cache_file(kind: str) -> Path:
+    """Per target kind, visible-device set and boot: a new driver or GPU means a new boot."""
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    key = "-".join([kind, os.environ.get("CUDA_VISIBLE_DEVICES", "all"), os.environ.get("HIP_VISIBLE_DEVICES", "all"),
+                    boot.read_text().strip() if boot.exists() else "boot"])
+    return lock_dir() / f"target-{key.replace('/', '_').replace(',', '_')}.json"
+
+
+def save(kind: str, target: Target) -> None:
+    """Remember what `resolve(kind)` found (written atomically: trials run concurrently)."""
+    path = _cache_file(kind)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(target.describe()))
+    tmp.replace(path)
+
+
+def load(kind: str) -> Target | None:
+    """What `resolve(kind)` found earlier on this machine since it booted, if anything."""
+    try:
+        d = json.loads(_cache_file(kind).read_text())
+    except (OSError, ValueError):
+        return None
+    limits = d["limits"]
+    if limits:
+        limits = DeviceLimits(**{**limits, "max_thread_dims": tuple(limits["max_thread_dims"])})
+    return Target(d["kind"], d["target"], d["device_name"], d["num_devices"], limits)
 
 
 if __name__ == "__main__":

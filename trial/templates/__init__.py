@@ -7,6 +7,7 @@ A template module provides
   schedule(wl, params, gpu) -> IRModule the scheduled kernel for a GPU or the CPU
   resources(wl, params) -> dict         threads, thread_dims (x, y, z), shared_bytes,
                                         registers_per_thread of one GPU thread block
+Templates import TVM only inside prim_func and schedule, so knob checks stay cheap.
 """
 from __future__ import annotations
 

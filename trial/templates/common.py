@@ -1,9 +1,10 @@
 """Scheduling steps and knob helpers shared by the operator templates."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tvm import s_tir
+if TYPE_CHECKING:
+    from tvm import s_tir
 
 
 def factor_knob(length: int, parts: int) -> dict[str, Any]:

@@ -15,13 +15,16 @@ CPU: the same tiles; (n, f, y) outer tiles run in parallel, the tile_x[3] column
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tvm
-from tvm import s_tir, te
+import numpy as np
 
 from ..workload import Workload
 from .common import cooperative_fetch, factor_knob, greedy_split, prod, unroll
+
+if TYPE_CHECKING:
+    import tvm
+    from tvm import s_tir
 
 UNROLL_STEPS = [0, 125, 256]
 
@@ -49,6 +52,9 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
 
 
 def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
+    import tvm
+    from tvm import te
+
     d = wl.dims
     s, pad_width, size = d["ST"], d["PD"], d["HW"]
     data = te.placeholder(wl.input_shapes[0], wl.dtype, name="data")
@@ -74,7 +80,7 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     f, y, x = p["tile_f"], p["tile_y"], p["tile_x"]
     rc, ry, rx = p["tile_rc"][1], p["tile_ry"][1], p["tile_rx"][1]
     s = wl.dims["ST"]
-    item = tvm.DataType(wl.dtype).bits // 8
+    item = np.dtype(wl.dtype).itemsize
     window = rc * ((prod(y[1:]) - 1) * s + ry) * ((prod(x[1:]) - 1) * s + rx)
     filters = prod(f[1:]) * rc * ry * rx
     accumulators = f[1] * f[3] * y[1] * y[3] * x[1] * x[3]
@@ -83,6 +89,8 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
+    from tvm import s_tir
+
     sch = s_tir.Schedule(prim_func(wl))
     if wl.dims["PD"]:
         sch.compute_inline(sch.get_sblock("pad"))

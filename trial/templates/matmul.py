@@ -15,13 +15,16 @@ CPU: the same tiles; outer tiles run in parallel, the Y[3] columns are vectorise
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tvm
-from tvm import s_tir, te
+import numpy as np
 
 from ..workload import Workload
 from .common import cooperative_fetch, factor_knob, greedy_split, prod, unroll
+
+if TYPE_CHECKING:
+    import tvm
+    from tvm import s_tir
 
 UNROLL_STEPS = [0, 16, 64, 512, 1500]
 VECTOR_WIDTHS = [1, 2, 4]
@@ -52,6 +55,9 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
 
 
 def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
+    import tvm
+    from tvm import te
+
     d = wl.dims
     a_shape, b_shape = wl.input_shapes
     A = te.placeholder(a_shape, wl.dtype, name="A")
@@ -72,7 +78,7 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
 def resources(wl: Workload, p: dict[str, Any]) -> dict[str, int]:
     """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread."""
     X, Y, K = p["X"], p["Y"], p["K"]
-    item = tvm.DataType(wl.dtype).bits // 8
+    item = np.dtype(wl.dtype).itemsize
     k_tile = K[1] * K[2]
     shared = (prod(X[1:]) + prod(Y[1:])) * k_tile * item
     batch_inner = p["B"][1] if wl.op == "bmm" else 1
@@ -83,6 +89,8 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, int]:
 
 
 def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
+    from tvm import s_tir
+
     sch = s_tir.Schedule(prim_func(wl))
     C = sch.get_sblock("C")
     loops = sch.get_loops(C)

@@ -181,8 +181,16 @@ def _codec(param: Parameter) -> _Codec:
 
 
 def _codecs(space: SearchSpace | Mapping[str, Any]) -> list[_Codec]:
+    """One codec per parameter; `SpaceError` if two of them would use the same twin parameter name."""
     model = space if isinstance(space, SearchSpace) else SearchSpace.from_json(space)
-    return [_codec(p) for p in model.params.values()]
+    codecs = [_codec(p) for p in model.params.values()]
+    names: set[str] = set()
+    for codec in codecs:
+        for name in codec.twin():
+            if name in names:
+                raise SpaceError(f"{codec.param.name}: twin parameter {name!r} clashes with another parameter")
+            names.add(name)
+    return codecs
 
 
 def twin_space(space: SearchSpace | Mapping[str, Any]) -> dict[str, Any]:
@@ -191,20 +199,14 @@ def twin_space(space: SearchSpace | Mapping[str, Any]) -> dict[str, Any]:
     `SpaceError` if the space cannot be written this way (a twin parameter name that clashes with a
     parameter of the space, or choices whose JSON texts are themselves choices).
     """
-    out: dict[str, Any] = {}
-    for codec in _codecs(space):
-        for name, spec in codec.twin().items():
-            if name in out:
-                raise SpaceError(f"{codec.param.name}: twin parameter {name!r} clashes with another parameter")
-            out[name] = spec
-    return out
+    return {name: spec for codec in _codecs(space) for name, spec in codec.twin().items()}
 
 
 def from_twin(space: SearchSpace | Mapping[str, Any], params: Mapping[str, Any]) -> Config:
     """The configuration of `space` that twin-encoded `params` stand for; native `params` come back unchanged.
 
     Decoding is per parameter, so a mix of both encodings works too. Anything that is neither (a missing or
-    unknown value) is left as it is, for `SearchSpace.validate` to report.
+    unknown value) is left as it is, for `SearchSpace.validate` to report. `SpaceError` as for `twin_space`.
     """
     model = space if isinstance(space, SearchSpace) else SearchSpace.from_json(space)
     out = dict(params)

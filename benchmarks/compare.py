@@ -1,0 +1,318 @@
+"""Compare tuners on one workload: every trial in a CSV, a convergence plot and a summary table.
+
+    python -m benchmarks.compare mm/N512K1024M1024 --tuners opevo:5 gbfs na2c random tpe metaschedule \\
+        --trials 128 --seeds 1 --target auto --workers 4 --out results/mm [--breakdown] [--nnictl]
+
+The suite's tuners and NNI's built-ins run through `benchmarks.driver` (NNI's Tuner API and the
+trial's measure path, without NNI's manager), MetaSchedule through `benchmarks.metaschedule`.  Runs
+go one after another so that they never share the machine; each is seeded (seeds 0..S-1, where S is
+--seeds, or N for a tuner given as `name:N`).  OUT gets trials.csv (one row per trial, written as
+runs finish), runs.json, convergence.png and summary.md, and the table is printed.  Where PyTorch
+and a CUDA device are present, the vendor library (cuBLAS/cuDNN FP32, TF32 off) is timed in the same
+run for the plot and the ratios.  --breakdown prints where the time of a trial goes; --nnictl also
+runs each driver tuner once through `nnictl create` with the same budget, for NNI's own overhead.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trial.measure import STAGES, Options
+from trial.records import Records
+from trial.target import KINDS
+from trial.workload import SpecError, Workload, parse
+
+from . import driver, metaschedule
+from .plots import best_so_far, convergence
+
+TUNERS = (*driver.TUNERS, "metaschedule")
+COLUMNS = ["tuner", "seed", "kind", "index", "parameter_id", "status", "gflops", "latency_ms", "build_s",
+           "trial_s", "wall_s", *[f"stage_{stage}_s" for stage in STAGES], "device", "reason", "params"]
+"""trials.csv: `kind` is "trial" for a tuner's measurement and "final" for MetaSchedule's best schedule
+re-timed through the suite's run path; `build_s` is the compilation alone; `wall_s` is seconds from the
+start of the run to the result; `trial_s` the measurement's own duration and the `stage_<stage>_s` its
+parts (trial.measure.STAGES; for MetaSchedule its batch's build, lock wait and run shared out over the
+batch)."""
+
+
+def plan(items: list[str], seeds: int) -> list[tuple[str, int]]:
+    """(tuner, seed) for every run: `name` runs with seeds 0..seeds-1, `name:N` with 0..N-1."""
+    out = []
+    for item in items:
+        name, _, count = item.partition(":")
+        if name not in TUNERS:
+            raise ValueError(f"unknown tuner {name!r}: expected one of {', '.join(TUNERS)}")
+        if count and (not count.isdigit() or int(count) < 1):
+            raise ValueError(f"bad seed count in {item!r}: expected name:N with N >= 1")
+        out += [(name, seed) for seed in range(int(count) if count else seeds)]
+    return out
+
+
+def rows(run: driver.Run) -> list[dict[str, Any]]:
+    """The CSV rows of one run: its trials, then MetaSchedule's re-timed best."""
+    out = []
+    entries = [("trial", t.index, t.parameter_id, t.result, t.seconds, t.finished_s) for t in run.trials]
+    if run.final is not None:
+        entries.append(("final", None, None, run.final, None, run.wall_s))
+    for kind, index, parameter_id, result, seconds, wall in entries:
+        stages = result.extra.get("stages", {})
+        out.append({"tuner": run.tuner, "seed": run.seed, "kind": kind, "index": index, "parameter_id": parameter_id,
+                    "status": result.status, "gflops": result.gflops, "latency_ms": result.latency_ms,
+                    "build_s": result.build_s, "trial_s": seconds, "wall_s": wall,
+                    **{f"stage_{stage}_s": stages.get(stage) for stage in STAGES}, "device": result.device,
+                    "reason": result.reason, "params": json.dumps(result.params) if result.params else ""})
+    return out
+
+
+def curve(run: driver.Run) -> list[float]:
+    """Best GFLOPS so far after each trial of `run`."""
+    return best_so_far([t.result.gflops if t.result.status == "ok" else 0.0 for t in run.trials])
+
+
+def best(run: driver.Run) -> float:
+    """The run's result: its best trial, or for MetaSchedule its best schedule as the suite timed it."""
+    if run.final is not None:
+        return run.final.gflops if run.final.status == "ok" else 0.0
+    found = curve(run)
+    return found[-1] if found else 0.0
+
+
+def trials_to(fraction: float, values: list[float]) -> int | None:
+    """The first trial (1-based) at which the best so far reaches `fraction` of the run's own best."""
+    if not values or values[-1] <= 0:
+        return None
+    return next(i + 1 for i, v in enumerate(values) if v >= fraction * values[-1])
+
+
+def _devices(run: driver.Run) -> int:
+    return max(1, len({(t.result.device, t.result.device_index) for t in run.trials if t.result.device}))
+
+
+def summarize(runs: list[driver.Run], vendor: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per tuner, over its runs: best (median and quartiles), trials to 95 %, vendor ratio, wall time, rates."""
+    out = []
+    for tuner in dict.fromkeys(r.tuner for r in runs):
+        mine = [r for r in runs if r.tuner == tuner]
+        bests = [best(r) for r in mine]
+        to95 = [n for n in (trials_to(0.95, curve(r)) for r in mine) if n is not None]
+        trials = [t for r in mine for t in r.trials]
+        median = float(np.median(bests))
+        out.append({
+            "tuner": tuner, "runs": len(mine), "trials": int(np.median([len(r.trials) for r in mine])),
+            "best_gflops": median, "best_p25": float(np.percentile(bests, 25)),
+            "best_p75": float(np.percentile(bests, 75)),
+            "search_best_gflops": float(np.median([curve(r)[-1] if r.trials else 0.0 for r in mine])),
+            "trials_to_95": float(np.median(to95)) if to95 else None,
+            "vs_vendor": median / vendor["gflops"] if vendor else None,
+            "wall_s": float(np.median([r.wall_s for r in mine])),
+            "trials_per_s": float(np.median([len(r.trials) / r.wall_s for r in mine if r.wall_s > 0] or [0.0])),
+            "ok_fraction": sum(t.result.status == "ok" for t in trials) / max(1, len(trials)),
+            "ended": sorted({r.ended for r in mine}),
+        })
+    return out
+
+
+def table(summary: list[dict[str, Any]], vendor: dict[str, Any] | None) -> str:
+    """The markdown table of `summarize`."""
+    lines = ["| tuner | runs | trials | best GFLOPS (median) | IQR | trials to 95 % | vs vendor | wall s | trials/s | ok |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for s in summary:
+        iqr = f"{s['best_p25']:.1f}–{s['best_p75']:.1f}" if s["runs"] > 1 else "-"
+        ratio = f"{s['vs_vendor']:.2f}" if s["vs_vendor"] is not None else "-"
+        to95 = f"{s['trials_to_95']:g}" if s["trials_to_95"] is not None else "-"
+        lines.append(f"| {s['tuner']} | {s['runs']} | {s['trials']} | {s['best_gflops']:.1f} | {iqr} | {to95} | "
+                     f"{ratio} | {s['wall_s']:.1f} | {s['trials_per_s']:.2f} | {s['ok_fraction']:.0%} |")
+    notes = []
+    if vendor:
+        notes.append(f"Vendor: {vendor['library']} FP32 (TF32 off), {vendor['gflops']:.1f} GFLOPS, "
+                     f"{vendor['latency_ms']:.4f} ms.")
+    for s in summary:
+        if s["tuner"] == "metaschedule":
+            notes.append(f"metaschedule: best is its best schedule verified and timed through the suite's run "
+                         f"path; its own measurements peaked at {s['search_best_gflops']:.1f} GFLOPS (median). "
+                         "Its wall time includes its one-off set-up.")
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def breakdown(runs: list[driver.Run], workers: int) -> str:
+    """Markdown: per tuner, trials per second (per device) and the mean seconds of each part of a trial."""
+    head = ["tuner", "trials/s", "per device", "wall/trial", "trial", *STAGES, "of build: compile",
+            "tuner/trial", "one-off", "workers busy"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
+    for tuner in dict.fromkeys(r.tuner for r in runs):
+        mine = [r for r in runs if r.tuner == tuner and r.trials]
+        if not mine:
+            continue
+        trials = [t for r in mine for t in r.trials]
+        n, wall = len(trials), sum(r.wall_s for r in mine)
+        rate = n / wall
+        per_device = n / sum(r.wall_s * _devices(r) for r in mine)
+
+        def mean(values: Any) -> float:
+            return sum(v or 0.0 for v in values) / n
+
+        stages = [mean(t.result.extra.get("stages", {}).get(s) for t in trials) for s in STAGES]
+        busy = sum(t.seconds for t in trials) / (wall * (1 if tuner == "metaschedule" else workers))
+        cells = [tuner, f"{rate:.2f}", f"{per_device:.2f}", f"{wall / n:.2f}", f"{mean(t.seconds for t in trials):.2f}",
+                 *[f"{v:.3f}" for v in stages], f"{mean(t.result.build_s for t in trials):.3f}",
+                 f"{sum(r.tuner_s for r in mine) / n:.3f}", f"{np.mean([r.setup_s for r in mine]):.1f}", f"{busy:.0%}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["", "Seconds. trial: one measurement from start to end; its stages (means per "
+                              "trial, overlapping across workers): startup = process start and imports, setup = "
+                              "target and device query, build = knob check and compile, lock_wait = waiting for "
+                              "the device, run = verify and time, exit = the child's exit. MetaSchedule: its "
+                              "batches' build, lock wait and run shared out over their candidates, its search "
+                              "and cost model under tuner/trial, its process start-up under one-off. "
+                              "workers busy = measurement time / (wall x workers)."])
+
+
+def nnictl_overhead(wl: Workload, runs: list[driver.Run], trials: int, workers: int, target: str,
+                    port: int) -> str:
+    """Each driver tuner once through `nnictl create` at the same budget: rates and NNI's overhead per trial."""
+    from . import experiments
+
+    os.environ["OPEVO_TARGET"] = target
+    root = Path(tempfile.mkdtemp(prefix="opevo-compare-nnictl-"))
+    lines = ["| tuner | driver trials/s | nnictl trials/s | driver wall s | nnictl wall s | NNI overhead s/trial |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for tuner in dict.fromkeys(r.tuner for r in runs if r.tuner != "metaschedule"):
+        driven = float(np.median([r.wall_s for r in runs if r.tuner == tuner]))
+        done = experiments.run_one(wl, tuner, trials, workers, port, root)
+        count = max(1, done["trials"])
+        lines.append(f"| {tuner} | {trials / driven:.2f} | {count / done['wall_s']:.2f} | {driven:.1f} | "
+                     f"{done['wall_s']:.1f} | {(done['wall_s'] - driven) / count:.2f} |")
+    return "\n".join(lines + ["", "NNI overhead = (nnictl wall - driver wall) / trials: the manager's 5 s polling, "
+                              "a trial process per trial, experiment start-up."])
+
+
+def vendor_baseline(wl: Workload, runs: list[driver.Run]) -> dict[str, Any] | None:
+    """cuBLAS/cuDNN on the device the trials ran on, where that is CUDA and PyTorch is installed; else None."""
+    if not any(t.result.target.startswith("cuda") for r in runs for t in r.trials):
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    from trial import devicelock
+
+    from .vendor import time_vendor
+
+    with devicelock.acquire("cuda", 1):
+        return time_vendor(wl)
+
+
+def _write_rows(path: Path, run: driver.Run) -> None:
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows(run))
+
+
+def _run_json(run: driver.Run) -> dict[str, Any]:
+    return {"tuner": run.tuner, "seed": run.seed, "experiment": run.experiment, "trials": len(run.trials),
+            "best_gflops": best(run), "wall_s": run.wall_s, "tuner_s": run.tuner_s, "setup_s": run.setup_s,
+            "ended": run.ended, "final": asdict(run.final) if run.final else None}
+
+
+def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Path, workers: int = 4,
+            options: Options = Options(), records: Records | None = None, progress: bool = True,
+            vendor: bool = True) -> tuple[list[driver.Run], list[dict[str, Any]], dict[str, Any] | None]:
+    """Run the plan and write OUT/trials.csv, runs.json, convergence.png and summary.md.
+
+    Returns the runs, the per-tuner summary and the vendor figures (None where there are none).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "trials.csv"
+    csv_path.unlink(missing_ok=True)
+    runs = []
+    for tuner, seed in runs_plan:
+        if tuner == "metaschedule":
+            done = metaschedule.run(wl, trials, seed, out / f"metaschedule-s{seed}", options, progress)
+        else:
+            done = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
+        runs.append(done)
+        _write_rows(csv_path, done)
+    baseline = vendor_baseline(wl, runs) if vendor else None
+    summary = summarize(runs, baseline)
+    text = table(summary, baseline)
+    device = next((t.result.device for r in runs for t in r.trials if t.result.device), "")
+    title = f"{wl.name} on {device}" if device else wl.name
+    convergence({s["tuner"]: [curve(r) for r in runs if r.tuner == s["tuner"]] for s in summary},
+                out / "convergence.png", title,
+                (f"{baseline['library']} FP32", baseline["gflops"]) if baseline else None,
+                {"metaschedule": [best(r) for r in runs if r.tuner == "metaschedule" and r.final]})
+    (out / "summary.md").write_text(f"# {title}\n\n{trials} trials per run, {workers} workers.\n\n{text}\n")
+    (out / "runs.json").write_text(json.dumps({"workload": wl.key, "trials": trials, "workers": workers,
+                                               "options": asdict(options), "vendor": baseline, "summary": summary,
+                                               "runs": [_run_json(r) for r in runs]}, indent=1, default=str))
+    return runs, summary, baseline
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("workload", help="op/spec, e.g. mm/N512K1024M1024")
+    p.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "random", "tpe", "metaschedule"],
+                   help=f"of {', '.join(TUNERS)}; name:N runs N seeds of that tuner")
+    p.add_argument("--trials", type=int, default=128, help="measured trials per run (default 128)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per tuner unless name:N says (default 1)")
+    p.add_argument("--workers", type=int, default=4,
+                   help="trials measured at once by the driver, as trialConcurrency (default 4)")
+    p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))
+    p.add_argument("--repeat", type=int, default=Options.repeat, help="timed repeats per trial (default 5)")
+    p.add_argument("--min-repeat-ms", type=int, default=Options.min_repeat_ms,
+                   help="minimum length of a repeat (default 40, as the trial's)")
+    p.add_argument("--out", type=Path, help="output folder (default results/<op>/<spec>/<time>)")
+    p.add_argument("--records", help="records store (default: $OPEVO_RECORDS or records/records.sqlite)")
+    p.add_argument("--no-record", action="store_true", help="keep the measurements out of the records")
+    p.add_argument("--no-vendor", action="store_true", help="skip the cuBLAS/cuDNN baseline")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--breakdown", action="store_true", help="print where the time of a trial goes")
+    p.add_argument("--nnictl", action="store_true",
+                   help="also run each driver tuner once through nnictl (one seed) for NNI's overhead")
+    p.add_argument("--port", type=int, default=8080, help="web UI port of the --nnictl experiments")
+    args = p.parse_args(argv)
+    op, _, spec = args.workload.partition("/")
+    try:
+        wl = parse(op, spec)
+        runs_plan = plan(args.tuners, args.seeds)
+    except (SpecError, ValueError) as err:
+        p.error(str(err))
+    if min(args.trials, args.workers, args.seeds, args.min_repeat_ms) < 1 or args.repeat < 5:
+        p.error("--trials, --workers, --seeds and --min-repeat-ms must be positive, --repeat at least 5")
+    logging.getLogger("nni").setLevel(logging.WARNING)
+    out = args.out or Path("results") / wl.op / wl.spec / time.strftime("%Y%m%d-%H%M%S")
+    records = None if args.no_record else Records(args.records)
+    options = Options(target=args.target, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+    runs, summary, _ = compare(wl, runs_plan, args.trials, out, args.workers, options, records,
+                               not args.no_progress, not args.no_vendor)
+    text = (out / "summary.md").read_text()
+    if args.breakdown:
+        text += f"\n## Where the time goes\n\n{breakdown(runs, args.workers)}\n"
+    if args.nnictl:
+        text += f"\n## Driver and nnictl\n\n{nnictl_overhead(wl, runs, args.trials, args.workers, args.target, args.port)}\n"
+    (out / "summary.md").write_text(text)
+    print(text)
+    print(f"wrote {out / 'trials.csv'}, {out / 'convergence.png'}, {out / 'summary.md'}, {out / 'runs.json'}",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

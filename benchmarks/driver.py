@@ -1,0 +1,231 @@
+"""In-process driver: a tuner through NNI's Tuner API and the trial's measure path, without NNI's manager.
+
+A benchmark needs many seeded runs of several tuners, timed without the manager's 5-second polling,
+while measuring exactly what an nnictl experiment measures.  So the tuner classes and their classArgs
+are the experiments' (`trial.space.TUNERS`, `trial.space.BUILTIN_TUNERS`), each trial is
+`trial.measure.measure` (its own child process; the device lock serialises timing per device), and
+`drive` plays NNI 3.0's dispatcher and manager (nni/runtime/msg_dispatcher.py,
+nni_node/core/nnimanager.js) call for call:
+
+* `update_search_space` first; then a request for `workers` parameters (the trial concurrency);
+* each request takes fresh parameter ids and calls `generate_multiple_parameters(ids, st_callback=...)`;
+  the answered prefix becomes trial jobs and the rest may come later through the callback, which, as in
+  NNI, appends a trial job whenever the tuner calls it;
+* a trial gets its parameters as JSON; its result goes back as `receive_trial_result(id, parameters as
+  the tuner proposed them, the trial's report dict)`, then `trial_end(id, True)` (a trial reports
+  failures as results and exits 0), then one new request per ended trial while the budget lasts;
+* the run ends when the budget is submitted and done, or when nothing runs and nothing waits: the tuner
+  answered short (NNI's "no more trials", `NoMoreTrialError`) and has nothing left to send.
+
+NNI's built-in tuners search the standard-type twin of the space (`tuners.space.twin_space`); their
+parameters go to `measure` as they are and the trial decodes them (`from_twin`), as under nnictl.
+"""
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import random
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import nni
+import numpy as np
+from nni.algorithms.hpo.evolution_tuner import EvolutionTuner
+from nni.tuner import Tuner
+
+from trial import space, templates
+from trial.measure import MeasureResult, Options, measure
+from trial.records import Records
+from trial.workload import Workload
+from tuners.space import twin_space
+
+
+class SeededEvolutionTuner(EvolutionTuner):
+    """NNI's Evolution tuner, seeded: it draws from an unseeded RandomState and the `random` module."""
+
+    def __init__(self, seed: int, **class_args: Any) -> None:
+        super().__init__(**class_args)
+        self.seed = seed
+
+    def update_search_space(self, search_space: dict[str, Any]) -> None:
+        random.seed(self.seed)
+        super().update_search_space(search_space)
+        self.random_state = np.random.RandomState(self.seed)
+        self.population = []
+        for _ in range(self.population_size):
+            self._random_generate_individual()
+
+
+_BUILTIN_CLASSES = {"TPE": "nni.algorithms.hpo.tpe_tuner.TpeTuner",
+                    "Random": "nni.algorithms.hpo.random_tuner.RandomTuner",
+                    "Evolution": "benchmarks.driver.SeededEvolutionTuner"}
+"""The classes behind the `name`s of NNI's built-in tuners in `trial.space.BUILTIN_TUNERS` (the seeded
+Evolution in place of NNI's)."""
+
+TUNERS = (*space.TUNERS, *space.BUILTIN_TUNERS)
+"""Tuners the driver runs: the suite's on its space, NNI's built-ins on the twin space."""
+
+
+def make_tuner(name: str, seed: int) -> tuple[Tuner, bool]:
+    """The tuner `name` with the experiments' classArgs and `seed`; and whether it searches the twin space."""
+    if name not in TUNERS:
+        raise ValueError(f"unknown tuner {name!r}: expected one of {', '.join(TUNERS)}")
+    twin = name in space.BUILTIN_TUNERS
+    spec = space.BUILTIN_TUNERS[name] if twin else space.TUNERS[name]
+    module, _, cls = (spec.get("className") or _BUILTIN_CLASSES[spec["name"]]).rpartition(".")
+    return getattr(importlib.import_module(module), cls)(**spec.get("classArgs", {}), seed=seed), twin
+
+
+@dataclass
+class Trial:
+    """One measurement of a run."""
+
+    index: int  # 1-based, in the order the results arrived (the order the tuner learnt them)
+    parameter_id: int | None
+    result: MeasureResult
+    proposed: Any  # the parameters as the tuner proposed them (twin-encoded for NNI's built-ins)
+    finished_s: float  # seconds from the start of the run to this result
+    seconds: float  # the measurement's own duration
+
+
+@dataclass
+class Run:
+    """One tuner's run on one workload with one seed."""
+
+    tuner: str
+    seed: int
+    trials: list[Trial] = field(default_factory=list)
+    wall_s: float = 0.0
+    tuner_s: float = 0.0  # time spent inside the tuner's methods (MetaSchedule: its search and cost model)
+    setup_s: float = 0.0  # one-off start-up before the first trial (MetaSchedule's process and imports)
+    ended: str = ""  # "budget", or "no more trials" when the tuner ran out first
+    final: MeasureResult | None = None  # MetaSchedule: its best schedule timed through the suite's run path
+    experiment: str | None = None  # the records' experiment name
+
+
+Evaluate = Callable[[dict[str, Any]], MeasureResult]
+
+
+def _timed(evaluate: Evaluate, params: dict[str, Any]) -> tuple[MeasureResult, float]:
+    start = time.perf_counter()
+    result = evaluate(params)
+    return result, time.perf_counter() - start
+
+
+def drive(tuner: Tuner, search_space: dict[str, Any], trials: int, workers: int, evaluate: Evaluate,
+          on_trial: Callable[[Trial], None] | None = None) -> Run:
+    """Run `tuner` on `search_space` for up to `trials` trials, `workers` at a time, as NNI would.
+
+    `evaluate` measures one configuration (given as the trial receives it) in a worker thread; the
+    tuner is only ever called from this thread.  Returns the run with tuner and seed left blank.
+    """
+    if trials < 1 or workers < 1:
+        raise ValueError(f"trials and workers must be positive, got {trials} and {workers}")
+    run = Run(tuner=type(tuner).__name__, seed=-1)
+    start = time.perf_counter()
+    ids = itertools.count()
+    proposed: dict[int, Any] = {}  # NNI's _trial_params
+    waiting: deque[int] = deque()  # the manager's waitingTrials
+    running: dict[Future, int] = {}
+    submitted = 0
+
+    def call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            run.tuner_s += time.perf_counter() - began
+
+    def new_trial_job(parameter_id: int, params: Any) -> None:
+        proposed[parameter_id] = params
+        waiting.append(parameter_id)
+
+    def request(count: int) -> None:
+        batch = [next(ids) for _ in range(count)]
+        try:
+            answered = call(tuner.generate_multiple_parameters, batch, st_callback=new_trial_job)
+        except nni.NoMoreTrialError:
+            answered = []
+        for parameter_id, params in zip(batch, answered):
+            new_trial_job(parameter_id, params)
+
+    call(tuner.update_search_space, search_space)
+    request(workers)
+    with ThreadPoolExecutor(workers, thread_name_prefix="trial") as pool:
+        while True:
+            while waiting and len(running) < workers and submitted < trials:
+                parameter_id = waiting.popleft()
+                params = json.loads(json.dumps(proposed[parameter_id]))
+                running[pool.submit(_timed, evaluate, params)] = parameter_id
+                submitted += 1
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=running.__getitem__):
+                parameter_id = running.pop(future)
+                result, seconds = future.result()
+                report = json.loads(json.dumps(result.report(parameter_id)))
+                call(tuner.receive_trial_result, parameter_id, proposed[parameter_id], report,
+                     customized=False, trial_job_id=str(parameter_id))
+                call(tuner.trial_end, parameter_id, True)
+                trial = Trial(len(run.trials) + 1, parameter_id, result, proposed[parameter_id],
+                              time.perf_counter() - start, seconds)
+                run.trials.append(trial)
+                if on_trial:
+                    on_trial(trial)
+            if submitted < trials:
+                request(len(done))
+    run.wall_s = time.perf_counter() - start
+    run.ended = "budget" if submitted >= trials else "no more trials"
+    return run
+
+
+class Progress:
+    """A tqdm bar over one run's trials that shows the best GFLOPS so far."""
+
+    def __init__(self, total: int, label: str, enabled: bool = True) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=label, unit="trial", disable=not enabled, dynamic_ncols=True)
+        self.best = 0.0
+
+    def add(self, result: MeasureResult) -> None:
+        if result.status == "ok":
+            self.best = max(self.best, result.gflops)
+        self.bar.set_postfix_str(f"best {self.best:.1f} GFLOPS", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = space.CONCURRENCY,
+        options: Options = Options(), records: Records | None = None, progress: bool = True,
+        evaluate: Evaluate | None = None) -> Run:
+    """One seeded run of `tuner` on `wl` through the measure path; each measurement goes to `records`.
+
+    `evaluate` replaces `measure(wl, params, options)` (tests).
+    """
+    instance, twin = make_tuner(tuner, seed)
+    native = templates.load(wl.op, options.template).search_space(wl)
+    experiment = f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}-{tuner}-s{seed}"
+    bar = Progress(trials, f"{tuner} seed {seed}", progress)
+
+    def on_trial(trial: Trial) -> None:
+        if records is not None:
+            records.append(wl, trial.result, experiment=experiment, trial=str(trial.parameter_id), tuner=tuner)
+        bar.add(trial.result)
+
+    try:
+        done = drive(instance, twin_space(native) if twin else native, trials, workers,
+                     evaluate or (lambda params: measure(wl, params, options)), on_trial)
+    finally:
+        bar.close()
+    done.tuner, done.seed, done.experiment = tuner, seed, experiment if records is not None else None
+    return done

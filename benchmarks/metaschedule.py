@@ -1,0 +1,266 @@
+"""TVM MetaSchedule as a peer of the suite's tuners: same workload, trial budget, target and final timing.
+
+`run` tunes the template's unscheduled TensorIR (`prim_func(wl)`) with `tune_tir` and its defaults
+(evolutionary search, XGBoost cost model, the target's default schedule rules), given the budget as
+`max_trials_global`.  Its candidates are measured the way MetaSchedule measures them (its own builder
+and runner), but with the suite's repeat settings and under the suite's device lock, and each one is
+reported as a trial.  Its best schedule is then compiled and verified and timed through the suite's
+run path (`trial.run.run` on the device, under the device lock): that is the figure to compare.
+
+Everything happens in a child process, so the caller never imports TVM or holds a GPU context, and a
+crash of MetaSchedule becomes a result.  Two costs of MetaSchedule's set-up are cut: `TuneContext`
+imports the tensor intrinsics of every target (45 s on a 2-core machine, 34 s of it CUDA's) where the
+schedule rules of one target only look up its own, and LocalBuilder's default build function imports
+them again in every build worker for every batch.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trial.measure import MeasureResult, Options
+from trial.workload import Workload, parse
+
+from .driver import Progress, Run, Trial
+
+TRIALS_PER_ITER = 64  # tune_tir's default number of candidates measured per search iteration
+_INTRINSICS = {"cuda": ("cuda",), "rocm": ("rocm",), "llvm": ("x86", "arm_cpu", "riscv_cpu")}
+_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def _reason(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:600]
+
+
+def _register_intrinsics(kind: str) -> None:
+    """Register the tensor intrinsics of target `kind` only, and mark their package as imported."""
+    name = "tvm.s_tir.tensor_intrin"
+    if name not in sys.modules:
+        package = importlib.util.module_from_spec(importlib.util.find_spec(name))
+        sys.modules[name] = package
+        setattr(sys.modules["tvm.s_tir"], "tensor_intrin", package)
+    for module in _INTRINSICS[kind]:
+        importlib.import_module(f"{name}.{module}")
+
+
+def build(mod: Any, target: Any, _params: Any) -> Any:
+    """MetaSchedule's default build function without its import of every target's tensor intrinsics."""
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+
+
+def _ms_target(target: Any) -> Any:
+    """The suite's target with what MetaSchedule's rules read: the device's limits, or the core count."""
+    import tvm
+    from tvm.s_tir.meta_schedule.utils import cpu_count
+
+    config = dict(target.target)
+    if target.is_gpu:
+        lim = target.limits
+        config.update(max_threads_per_block=lim.max_threads_per_block, thread_warp_size=lim.warp_size,
+                      max_shared_memory_per_block=lim.max_shared_memory_per_block,
+                      registers_per_block=lim.max_registers_per_block)
+    else:
+        config["num-cores"] = cpu_count(logical=False)
+    return tvm.target.Target(config)
+
+
+def _classes() -> tuple[type, type, type]:
+    """The builder, runner and measure callback that time MetaSchedule's batches and report its trials."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import PyBuilder
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+    from tvm.s_tir.meta_schedule.runner import PyRunner
+
+    from trial import devicelock
+
+    @derived_object
+    class TimedBuilder(PyBuilder):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner, self.seconds = inner, 0.0
+
+        def build(self, build_inputs: list) -> list:
+            start = time.perf_counter()
+            results = self.inner.build(build_inputs)
+            self.seconds = time.perf_counter() - start
+            return results
+
+    @derived_object
+    class LockedRunner(PyRunner):
+        """LocalRunner (which runs on device 0 and returns finished futures) under the suite's device lock."""
+
+        def __init__(self, inner: Any, kind: str) -> None:
+            super().__init__()
+            self.inner, self.kind, self.lock_wait_s, self.seconds = inner, kind, 0.0, 0.0
+
+        def run(self, runner_inputs: list) -> list:
+            start = time.perf_counter()
+            with devicelock.acquire(self.kind, 1):
+                locked = time.perf_counter()
+                futures = self.inner.run(runner_inputs)
+            self.lock_wait_s, self.seconds = locked - start, time.perf_counter() - locked
+            return futures
+
+    @derived_object
+    class Report(PyMeasureCallback):
+        """Sends each measured candidate to the parent as a trial, with the batch's times shared out."""
+
+        def __init__(self, conn: Any, flops: int, builder: Any, runner: Any) -> None:
+            super().__init__()
+            self.conn, self.flops, self.builder, self.runner = conn, flops, builder, runner
+
+        def apply(self, task_scheduler: Any, task_id: int, measure_candidates: list, builder_results: list,
+                  runner_results: list) -> None:
+            n = max(1, len(measure_candidates))
+            stages = {"build": self.builder.seconds / n, "lock_wait": self.runner.lock_wait_s / n,
+                      "run": self.runner.seconds / n}
+            for built, ran in zip(builder_results, runner_results):
+                error = built.error_msg or ran.error_msg
+                row: dict[str, Any] = {"build_s": stages["build"], "extra": {"stages": stages}}
+                if error:
+                    status = ("timeout" if "Timeout" in error else
+                              "compile_error" if built.error_msg else "runtime_error")
+                    row.update(status=status, reason=error.strip().splitlines()[0][:600])
+                else:
+                    secs = [float(s) for s in ran.run_secs]
+                    median = statistics.median(secs)
+                    row.update(status="ok", reason="", gflops=self.flops / median / 1e9, latency_ms=median * 1e3,
+                               latency_std_ms=statistics.pstdev(secs) * 1e3)
+                self.conn.send(("trial", row))
+
+    return TimedBuilder, LockedRunner, Report
+
+
+def _final(wl: Workload, sch: Any, ms_target: Any, target: Any, options: Options) -> dict[str, Any]:
+    """Compile the best schedule, then verify and time it as every trial of the suite is."""
+    import tvm
+
+    from trial import devicelock
+    from trial import run as trial_run
+
+    if sch is None:
+        return {"status": "invalid", "reason": "MetaSchedule found no valid schedule"}
+    start = time.perf_counter()
+    try:
+        lib = tvm.compile(sch.mod, target=ms_target)
+    except Exception as err:  # the tuned schedule fails to compile outside MetaSchedule's builder
+        return {"status": "compile_error", "reason": _reason(err)}
+    built = time.perf_counter() - start
+    with devicelock.acquire(target.kind, target.num_devices) as index:
+        try:
+            timing = trial_run.run(wl, lib.mod, target.device(index), options.repeat, options.min_repeat_ms,
+                                   options.seed)
+        except trial_run.WrongResult as err:
+            return {"status": "wrong_result", "reason": str(err), "build_s": built}
+        except Exception as err:
+            return {"status": "runtime_error", "reason": _reason(err), "build_s": built}
+    return {"status": "ok", "gflops": wl.flops / timing.median_s / 1e9, "latency_ms": timing.median_s * 1e3,
+            "latency_std_ms": timing.std_s * 1e3, "build_s": built, "device_index": index,
+            "extra": {"repeats_ms": [r * 1e3 for r in timing.repeats], "trace": str(sch.trace)}}
+
+
+def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Options, work_dir: str) -> None:
+    os.dup2(2, 1)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
+    start = time.perf_counter()
+    import logging
+
+    import tvm  # noqa: F401
+    from tvm.s_tir import meta_schedule as ms
+
+    from trial import templates
+    from trial.target import TargetError, resolve
+
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # the log files keep everything
+    wl = parse(op, spec)
+    try:
+        target = resolve(options.target)
+    except TargetError as err:
+        conn.send(("final", {"status": "invalid", "reason": str(err)}))
+        return
+    _register_intrinsics(target.kind)
+    ms_target = _ms_target(target)
+    arch = target.target.get("arch") or target.target.get("mcpu", "")
+    conn.send(("target", {"target": f"{target.kind} {arch}".strip(), "device": target.device_name}))
+    TimedBuilder, LockedRunner, Report = _classes()
+    builder = TimedBuilder(ms.builder.LocalBuilder(f_build=build, timeout_sec=options.build_timeout_s))
+    evaluator = ms.runner.EvaluatorConfig(number=1, repeat=options.repeat, min_repeat_ms=options.min_repeat_ms)
+    runner = LockedRunner(ms.runner.LocalRunner(timeout_sec=options.run_timeout_s, evaluator_config=evaluator),
+                          target.kind)
+    func = templates.load(op, options.template).prim_func(wl)
+    conn.send(("setup", time.perf_counter() - start))
+    try:
+        database = ms.tune_tir(func, ms_target, work_dir, max_trials_global=trials,
+                               num_trials_per_iter=min(TRIALS_PER_ITER, trials), builder=builder, runner=runner,
+                               measure_callbacks=[Report(conn, wl.flops, builder, runner),
+                                                  *ms.measure_callback.MeasureCallback.create("default")],
+                               seed=seed)
+        best = ms.tir_integration.compile_tir(database, func, ms_target)
+    except Exception as err:  # MetaSchedule itself failed: the run ends with what it measured
+        conn.send(("final", {"status": "runtime_error", "reason": f"MetaSchedule failed: {_reason(err)}"}))
+        return
+    conn.send(("tuned", None))
+    conn.send(("final", _final(wl, best, ms_target, target, options)))
+
+
+def run(wl: Workload, trials: int, seed: int, work_dir: str | os.PathLike[str], options: Options = Options(),
+        progress: bool = True) -> Run:
+    """One seeded MetaSchedule run of `trials` trials; its database and logs stay in `work_dir`."""
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    ctx = mp.get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(sender, wl.op, wl.spec, trials, seed, options, str(work_dir)),
+                       daemon=False)
+    out = Run("metaschedule", seed)
+    bar = Progress(trials, f"metaschedule seed {seed}", progress)
+    where: dict[str, str] = {}
+    start = time.perf_counter()
+    tuned_at = None
+    proc.start()
+    sender.close()
+    try:
+        while out.final is None:
+            try:
+                kind, payload = receiver.recv()
+            except EOFError:
+                proc.join(5)
+                out.final = MeasureResult("runtime_error", f"MetaSchedule process exited with code {proc.exitcode} "
+                                          f"after {len(out.trials)} trials", **where)
+                break
+            now = time.perf_counter() - start
+            if kind == "target":
+                where = payload
+            elif kind == "setup":
+                out.setup_s = payload
+            elif kind == "trial":
+                result = MeasureResult(**payload, **where)
+                seconds = sum(result.extra["stages"].values())
+                out.trials.append(Trial(len(out.trials) + 1, None, result, None, now, seconds))
+                bar.add(result)
+            elif kind == "tuned":
+                tuned_at = now
+            else:
+                out.final = MeasureResult(**payload, **where)
+    finally:
+        bar.close()
+        receiver.close()
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    out.wall_s = time.perf_counter() - start
+    measured = sum(t.seconds for t in out.trials)
+    out.tuner_s = max(0.0, (tuned_at or out.wall_s) - out.setup_s - measured)
+    out.ended = "budget" if len(out.trials) >= trials else "no more trials"
+    return out

@@ -1,0 +1,167 @@
+"""Benchmarks: the driver plays NNI's dispatcher faithfully, and a tiny CPU comparison writes its CSV, plot and table."""
+import csv
+import threading
+from collections import deque
+
+import pytest
+from nni.tuner import Tuner
+
+from benchmarks import compare, driver
+from trial import templates
+from trial.measure import STATUSES, MeasureResult
+from trial.records import Records
+from trial.workload import parse
+from tuners.opevo import OpEvoTuner
+from tuners.space import SearchSpace, from_twin, twin_space
+
+TINY = {"a": {"_type": "choice", "_value": [1, 2, 3]}}
+SPACE = {"a": {"_type": "choice", "_value": list(range(1, 41))},
+         "b": {"_type": "discrete", "_value": [1, 2, 4, 8]}}
+
+
+def fake_measure(params):
+    return MeasureResult("ok", params=params, gflops=float(sum(v for v in params.values() if isinstance(v, int))),
+                         latency_ms=1.0, target="llvm", device="fake")
+
+
+class Recorder(Tuner):
+    """Answers only the first id of each request at once; the others after a result, through st_callback."""
+
+    def __init__(self):
+        self.calls, self.proposed, self.backlog, self.send, self.count = [], {}, deque(), None, 0
+
+    def update_search_space(self, search_space):
+        self.calls.append(("update_search_space",))
+
+    def propose(self, parameter_id):
+        self.count += 1
+        self.proposed[parameter_id] = {"a": self.count}
+        return self.proposed[parameter_id]
+
+    def generate_multiple_parameters(self, parameter_id_list, **kwargs):
+        self.send = kwargs["st_callback"]
+        self.calls.append(("generate", list(parameter_id_list)))
+        first, *rest = parameter_id_list
+        self.backlog.extend(rest)
+        return [self.propose(first)]
+
+    def receive_trial_result(self, parameter_id, parameters, value, **kwargs):
+        self.calls.append(("result", parameter_id, parameters, value))
+        if self.backlog:
+            waiting = self.backlog.popleft()
+            self.send(waiting, self.propose(waiting))
+
+    def trial_end(self, parameter_id, success, **kwargs):
+        self.calls.append(("end", parameter_id, success))
+
+
+def test_dispatcher_calls_the_tuner_as_nni_does():
+    tuner = Recorder()
+    run = driver.drive(tuner, TINY, trials=6, workers=3, evaluate=fake_measure)
+    assert run.ended == "budget" and len(run.trials) == 6
+    assert tuner.calls[0] == ("update_search_space",)
+    generated = [c[1] for c in tuner.calls if c[0] == "generate"]
+    assert generated[0] == [0, 1, 2]  # the first request is for `workers` parameters
+    ids = [i for batch in generated for i in batch]
+    assert ids == list(range(len(ids)))  # fresh ids, in order, for every request
+    for call in (c for c in tuner.calls if c[0] == "result"):
+        _, pid, parameters, value = call
+        assert parameters is tuner.proposed[pid]  # the parameters as the tuner proposed them
+        assert value["parameter_id"] == pid and value["default"] == parameters["a"] and value["status"] == "ok"
+        after = tuner.calls[tuner.calls.index(call) + 1]
+        assert after == ("end", pid, True)  # trial_end follows each result
+    measured = {t.parameter_id for t in run.trials}
+    assert measured == {c[1] for c in tuner.calls if c[0] == "result"}
+    assert measured - {batch[0] for batch in generated}, "some parameters came through st_callback"
+
+
+def test_queued_requests_of_a_suite_tuner_are_answered_through_st_callback():
+    """OpEvo with one offspring in flight: requests beyond it wait and come back through st_callback."""
+    lock, state = threading.Lock(), {"now": 0, "most": 0}
+
+    def evaluate(params):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        try:
+            return fake_measure({"a": params["a"], "b": params["b"]})
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    run = driver.drive(OpEvoTuner(parents_size=1, offspring_size=1, seed=3), SPACE, 10, 4, evaluate)
+    assert run.ended == "budget" and len(run.trials) == 10
+    assert state["most"] == 1  # the other three slots waited on queued requests
+    configs = [tuple(sorted(t.result.params.items())) for t in run.trials]
+    assert len(set(configs)) == 10
+
+
+@pytest.mark.parametrize("name", ["opevo", "gbfs", "random", "tpe"])
+def test_no_more_trials_ends_the_run_on_a_tiny_space(name):
+    tuner, twin = driver.make_tuner(name, seed=1)
+    space = twin_space(TINY) if twin else TINY
+    run = driver.drive(tuner, space, trials=10, workers=2,
+                       evaluate=lambda params: fake_measure(from_twin(TINY, params)))
+    assert run.ended == "no more trials"
+    assert sorted(t.result.params["a"] for t in run.trials) == [1, 2, 3]
+
+
+def test_run_records_every_measurement_and_builtins_get_the_twin_space():
+    wl = parse("mm", "N32K32M32")
+    native = SearchSpace.from_json(templates.load("mm").search_space(wl))
+    received = []
+
+    def evaluate(params):
+        received.append(params)
+        config = from_twin(native, params)
+        native.validate(config)
+        return MeasureResult("ok", params=config, gflops=1.0 + len(received), target="llvm", device="fake")
+
+    run = driver.run(wl, "tpe", trials=5, seed=0, workers=2, records=Records(), progress=False, evaluate=evaluate)
+    assert len(run.trials) == 5 and run.tuner == "tpe" and run.experiment.startswith("bench-")
+    assert all(params != from_twin(native, params) for params in received)  # twin-encoded, decoded by the trial
+    kept = [r for r in Records().query(workload=wl.key) if r.experiment == run.experiment]
+    assert len(kept) == 5 and {r.tuner for r in kept} == {"tpe"}
+    assert {r.trial for r in kept} == {str(t.parameter_id) for t in run.trials}
+
+
+def test_plan_and_trials_to():
+    assert compare.plan(["opevo:3", "tpe"], 2) == [("opevo", 0), ("opevo", 1), ("opevo", 2), ("tpe", 0), ("tpe", 1)]
+    with pytest.raises(ValueError, match="unknown tuner"):
+        compare.plan(["nope"], 1)
+    assert compare.trials_to(0.95, [1.0, 5.0, 9.6, 10.0]) == 3
+    assert compare.trials_to(0.95, [0.0, 0.0]) is None
+
+
+def test_compare_on_the_cpu(tmp_path, capsys):
+    """The whole comparison at a tiny budget: every trial in the CSV, a PNG, the table and the breakdown."""
+    tuners, seeds, trials = ["opevo", "gbfs", "random", "tpe", "metaschedule"], 2, 6
+    out = tmp_path / "out"
+    assert compare.main(["mm/N32K32M32", "--tuners", *tuners, "--trials", str(trials), "--seeds", str(seeds),
+                         "--target", "llvm", "--workers", "2", "--min-repeat-ms", "1", "--out", str(out),
+                         "--records", str(tmp_path / "records.sqlite"), "--breakdown", "--no-progress"]) == 0
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    assert list(rows[0]) == compare.COLUMNS
+    for tuner in tuners:
+        for seed in range(seeds):
+            mine = [r for r in rows if r["tuner"] == tuner and r["seed"] == str(seed)]
+            measured = [r for r in mine if r["kind"] == "trial"]
+            assert [int(r["index"]) for r in measured] == list(range(1, trials + 1)), (tuner, seed)
+            assert all(r["status"] in STATUSES for r in mine)
+            assert any(r["status"] == "ok" and float(r["gflops"]) > 0 for r in measured)
+            finals = [r for r in mine if r["kind"] == "final"]
+            assert len(finals) == (tuner == "metaschedule")
+    assert all(r["status"] == "ok" for r in rows if r["kind"] == "final")
+    assert len(rows) == len(tuners) * seeds * trials + seeds
+
+    png = (out / "convergence.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+
+    printed = capsys.readouterr().out
+    assert "| tuner | runs | trials | best GFLOPS (median) |" in printed and "## Where the time goes" in printed
+    for tuner in tuners:
+        assert f"| {tuner} | {seeds} | {trials} |" in printed
+    assert (out / "summary.md").read_text().strip() == printed.strip()
+    kept = Records(tmp_path / "records.sqlite").query(workload="mm/N32K32M32PNN")
+    assert len(kept) == (len(tuners) - 1) * seeds * trials  # MetaSchedule's schedules are no knob configs
+    assert all(r.experiment.startswith("bench-") for r in kept)
