@@ -4,13 +4,15 @@
         --trials 128 --seeds 1 --target auto --workers 4 --out results/mm [--breakdown] [--nnictl]
 
 The suite's tuners and NNI's built-ins run through `benchmarks.driver` (NNI's Tuner API and the
-trial's measure path, without NNI's manager), MetaSchedule through `benchmarks.metaschedule`.  Runs
-go one after another so that they never share the machine; each is seeded (seeds 0..S-1, where S is
---seeds, or N for a tuner given as `name:N`).  OUT gets trials.csv (one row per trial, written as
-runs finish), runs.json, convergence.png and summary.md, and the table is printed.  Where PyTorch
-and a CUDA device are present, the vendor library (cuBLAS/cuDNN FP32, TF32 off) is timed in the same
-run for the plot and the ratios.  --breakdown prints where the time of a trial goes; --nnictl also
-runs each driver tuner once through `nnictl create` with the same budget, for NNI's own overhead.
+trial's measure path, without NNI's manager), MetaSchedule through `benchmarks.metaschedule`.  Runs go
+one after another, so that none shares the machine, or --parallel P at a time (their timing still
+never overlaps, by the device lock, but they share the CPUs, so wall times grow).  Each is seeded:
+seeds 0..S-1, where S is --seeds, or N for a tuner given as `name:N`.  OUT gets trials.csv (one row
+per trial, written as runs finish), runs.json, convergence.png and summary.md, and the table is
+printed.  Where PyTorch and a CUDA device are present, the vendor library (cuBLAS/cuDNN FP32, TF32
+off) is timed in the same run for the plot and the ratios.  --breakdown prints where the time of a
+trial goes; --nnictl also runs each driver tuner once through `nnictl create` with the same budget,
+for NNI's own overhead.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -231,22 +235,31 @@ def _run_json(run: driver.Run) -> dict[str, Any]:
 
 def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Path, workers: int = 4,
             options: Options = Options(), records: Records | None = None, progress: bool = True,
-            vendor: bool = True) -> tuple[list[driver.Run], list[dict[str, Any]], dict[str, Any] | None]:
-    """Run the plan and write OUT/trials.csv, runs.json, convergence.png and summary.md.
+            vendor: bool = True, parallel: int = 1
+            ) -> tuple[list[driver.Run], list[dict[str, Any]], dict[str, Any] | None]:
+    """Run the plan, `parallel` runs at a time, and write OUT/trials.csv, runs.json, convergence.png, summary.md.
 
-    Returns the runs, the per-tuner summary and the vendor figures (None where there are none).
+    Runs at the same time share the CPUs and queue for the device lock: each proposes and measures as it
+    would alone, but takes longer.  Returns the runs (in plan order), the per-tuner summary
+    and the vendor figures (None where there are none).
     """
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "trials.csv"
     csv_path.unlink(missing_ok=True)
-    runs = []
-    for tuner, seed in runs_plan:
+    writing = threading.Lock()
+
+    def one(job: tuple[str, int]) -> driver.Run:
+        tuner, seed = job
         if tuner == "metaschedule":
             done = metaschedule.run(wl, trials, seed, out / f"metaschedule-s{seed}", options, progress)
         else:
             done = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
-        runs.append(done)
-        _write_rows(csv_path, done)
+        with writing:
+            _write_rows(csv_path, done)
+        return done
+
+    with ThreadPoolExecutor(parallel, thread_name_prefix="run") as pool:
+        runs = list(pool.map(one, runs_plan))
     baseline = vendor_baseline(wl, runs) if vendor else None
     summary = summarize(runs, baseline)
     text = table(summary, baseline)
@@ -256,8 +269,10 @@ def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Pa
                 out / "convergence.png", title,
                 (f"{baseline['library']} FP32", baseline["gflops"]) if baseline else None,
                 {"metaschedule": [best(r) for r in runs if r.tuner == "metaschedule" and r.final]})
-    (out / "summary.md").write_text(f"# {title}\n\n{trials} trials per run, {workers} workers.\n\n{text}\n")
+    (out / "summary.md").write_text(f"# {title}\n\n{trials} trials per run, {workers} workers, {parallel} "
+                                    f"run{'s' if parallel > 1 else ''} at a time.\n\n{text}\n")
     (out / "runs.json").write_text(json.dumps({"workload": wl.key, "trials": trials, "workers": workers,
+                                               "parallel": parallel,
                                                "options": asdict(options), "vendor": baseline, "summary": summary,
                                                "runs": [_run_json(r) for r in runs]}, indent=1, default=str))
     return runs, summary, baseline
@@ -274,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=1, help="seeds per tuner unless name:N says (default 1)")
     p.add_argument("--workers", type=int, default=4,
                    help="trials measured at once by the driver, as trialConcurrency (default 4)")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="runs at a time (default 1: each run alone, for wall times and rates)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))
     p.add_argument("--repeat", type=int, default=Options.repeat, help="timed repeats per trial (default 5)")
     p.add_argument("--min-repeat-ms", type=int, default=Options.min_repeat_ms,
@@ -294,14 +311,14 @@ def main(argv: list[str] | None = None) -> int:
         runs_plan = plan(args.tuners, args.seeds)
     except (SpecError, ValueError) as err:
         p.error(str(err))
-    if min(args.trials, args.workers, args.seeds, args.min_repeat_ms) < 1 or args.repeat < 5:
-        p.error("--trials, --workers, --seeds and --min-repeat-ms must be positive, --repeat at least 5")
+    if min(args.trials, args.workers, args.seeds, args.parallel, args.min_repeat_ms) < 1 or args.repeat < 5:
+        p.error("--trials, --workers, --seeds, --parallel and --min-repeat-ms must be positive, --repeat at least 5")
     logging.getLogger("nni").setLevel(logging.WARNING)
     out = args.out or Path("results") / wl.op / wl.spec / time.strftime("%Y%m%d-%H%M%S")
     records = None if args.no_record else Records(args.records)
     options = Options(target=args.target, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
     runs, summary, _ = compare(wl, runs_plan, args.trials, out, args.workers, options, records,
-                               not args.no_progress, not args.no_vendor)
+                               not args.no_progress, not args.no_vendor, args.parallel)
     text = (out / "summary.md").read_text()
     if args.breakdown:
         text += f"\n## Where the time goes\n\n{breakdown(runs, args.workers)}\n"

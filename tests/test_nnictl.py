@@ -1,37 +1,13 @@
 """End to end: `nnictl create` on a tiny CPU experiment with OpEvo, then `nnictl stop` + `nnictl resume`."""
 import json
-import socket
 
 import pytest
-import yaml
+from nni_experiment import free_port, running, write_config
 
-from trial import space, tune
+from trial import tune
 from trial.measure import STATUSES
 from trial.records import Records
-from trial.workload import parse
 from tuners.space import from_twin
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def experiment(tmp_path):
-    """A generated mm/N64K64M64 OpEvo experiment of 8 trials, 2 at a time, kept under tmp_path."""
-    folder = space.write(parse("mm", "N64K64M64"), tmp_path / "experiments", max_trials=8, concurrency=2)
-    config_path = folder / "config_opevo.yml"
-    config = yaml.safe_load(config_path.read_text())
-    config["experimentWorkingDirectory"] = str(tmp_path / "nni")
-    config["tuner"]["classArgs"]["seed"] = 1
-    config_path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    started = []
-    yield config_path, port, started
-    for exp_id in started:
-        tune.nnictl("stop", exp_id, check=False)
 
 
 def check_pairing(records, state_file):
@@ -73,24 +49,24 @@ def check_records(records, exp_id, tmp_path):
     assert best.gflops == max(r.metric["gflops"] for r in records) and best.tuner == "opevo"
 
 
-def test_create_runs_to_done_then_resume_continues(experiment, tmp_path):
-    config_path, port, started = experiment
-    exp_id = tune.create(config_path, port)
-    started.append(exp_id)
-    assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE"
-    first = tune.trials(port)
-    assert len(first) == 8
-    state_file = tmp_path / "nni" / exp_id / "checkpoint" / "OpEvoTuner.state.json"
-    check_pairing(first, state_file)
-    assert_no_repeats(first)
-    assert any(r.metric["status"] == "ok" for r in first)
-    check_records(first, exp_id, tmp_path)
+def test_create_runs_to_done_then_resume_continues(tmp_path):
+    config = write_config(tmp_path, "mm/N64K64M64", "opevo", trials=8, seed=1)
+    port = free_port()
+    with running(config, port) as exp_id:
+        assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE"
+        first = tune.trials(port)
+        assert len(first) == 8
+        state_file = tmp_path / "nni" / exp_id / "checkpoint" / "OpEvoTuner.state.json"
+        check_pairing(first, state_file)
+        assert_no_repeats(first)
+        assert any(r.metric["status"] == "ok" for r in first)
+        check_records(first, exp_id, tmp_path)
 
-    tune.nnictl("stop", exp_id)
-    tune.nnictl("resume", exp_id, "--port", str(port))
-    tune.nnictl("update", "trialnum", exp_id, "--value", "14")
-    assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE"
-    both = tune.trials(port)
+        tune.nnictl("stop", exp_id)
+        tune.nnictl("resume", exp_id, "--port", str(port))
+        tune.nnictl("update", "trialnum", exp_id, "--value", "14")
+        assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE"
+        both = tune.trials(port)
     assert len(both) == 14
     old = {r.trial_id for r in first}
     assert old <= {r.trial_id for r in both}
@@ -101,21 +77,13 @@ def test_create_runs_to_done_then_resume_continues(experiment, tmp_path):
 @pytest.mark.parametrize("tuner", ["gbfs", "na2c", "tpe"])
 def test_other_tuners_run_to_done(tuner, tmp_path):
     """G-BFS and N-A2C on the suite's space, TPE on its standard-type twin, through nnictl create."""
-    wl = parse("mm", "N64K64M64")
-    folder = space.write(wl, tmp_path / "experiments", max_trials=6, concurrency=2)
-    config_path = folder / f"config_{tuner}.yml"
-    config = yaml.safe_load(config_path.read_text())
-    config["experimentWorkingDirectory"] = str(tmp_path / "nni")
-    config_path.write_text(yaml.safe_dump(config))
+    config = write_config(tmp_path, "mm/N64K64M64", tuner, trials=6)
     port = free_port()
-    exp_id = tune.create(config_path, port)
-    try:
+    with running(config, port):
         assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE"
         records = tune.trials(port)
-    finally:
-        tune.nnictl("stop", exp_id, check=False)
     assert len(records) == 6
-    native = json.loads((folder / "search_space.json").read_text())
+    native = json.loads((config.parent / "search_space.json").read_text())
     sent = {r.parameter_id: r.parameters for r in records}  # jobs may run each other's (NNI #5726)
     for r in records:
         assert r.status == "SUCCEEDED" and r.metric and r.metric["status"] in STATUSES

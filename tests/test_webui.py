@@ -8,25 +8,17 @@ as a screenshot under the test's tmp_path.
 The browser is Debian's chromium (`.ci/run` installs it), driven by the playwright package; playwright
 never downloads a browser of its own here.
 """
-import socket
 from pathlib import Path
 
 import pytest
-import yaml
+from nni_experiment import free_port, running, write_config
 
-from trial import space, tune
-from trial.workload import parse
+from trial import tune
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TRIALS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -41,24 +33,12 @@ def chromium() -> Path:
 @pytest.fixture
 def experiment(tmp_path):
     """A finished mm/N32K32M32 OpEvo experiment of 4 trials, 2 at a time, kept under tmp_path; yields
-    (port, trial records). It is stopped afterwards whatever happens, by port if its id never came back."""
-    folder = space.write(parse("mm", "N32K32M32"), tmp_path / "experiments", max_trials=TRIALS, concurrency=2)
-    config_path = folder / "config_opevo.yml"
-    config = yaml.safe_load(config_path.read_text())
-    config["experimentWorkingDirectory"] = str(tmp_path / "nni")
-    config["tuner"]["classArgs"]["seed"] = 1
-    config_path.write_text(yaml.safe_dump(config))
+    (port, trial records). It is stopped afterwards whatever happens."""
+    config = write_config(tmp_path, "mm/N32K32M32", "opevo", trials=TRIALS, seed=1)
     port = free_port()
-    exp_id = None
-    try:
-        exp_id = tune.create(config_path, port)
+    with running(config, port):
         assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE"
         yield port, tune.trials(port)
-    finally:
-        if exp_id:
-            tune.nnictl("stop", exp_id, check=False)
-        else:
-            tune.nnictl("stop", "--port", str(port), check=False)
 
 
 def table_rows(page) -> dict[str, dict[str, str]]:

@@ -150,7 +150,6 @@ def load(kind: str) -> Target | None:
 if __name__ == "__main__":
     # python -m trial.target [kind]: what a trial would run on here, as JSON (used by tools that must
     # not hold a GPU context themselves).
-    import json
     import sys
 
     print(json.dumps(resolve(sys.argv[1] if len(sys.argv) > 1 else "auto").describe()))

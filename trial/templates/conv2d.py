@@ -24,7 +24,6 @@ from .common import cooperative_fetch, factor_knob, greedy_split, prod, unroll
 
 if TYPE_CHECKING:
     import tvm
-    from tvm import s_tir
 
 UNROLL_STEPS = [0, 125, 256]
 

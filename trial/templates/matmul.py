@@ -55,7 +55,6 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
 
 
 def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
-    import tvm
     from tvm import te
 
     d = wl.dims

@@ -1,0 +1,45 @@
+"""Small CPU experiments for the end-to-end tests: a generated config under tmp_path, a free port,
+and an experiment that is stopped afterwards whatever happens."""
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from trial import space, tune
+from trial.workload import parse
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(tmp_path: Path, workload: str, tuner: str, trials: int, concurrency: int = 2,
+                 seed: int | None = None) -> Path:
+    """The generated config of `tuner` for `workload`, with NNI's files kept under tmp_path/nni."""
+    folder = space.write(parse(*workload.split("/")), tmp_path / "experiments", max_trials=trials,
+                         concurrency=concurrency)
+    path = folder / f"config_{tuner}.yml"
+    config = yaml.safe_load(path.read_text())
+    config["experimentWorkingDirectory"] = str(tmp_path / "nni")
+    if seed is not None:
+        config["tuner"]["classArgs"]["seed"] = seed
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@contextmanager
+def running(config: Path, port: int) -> Iterator[str]:
+    """`nnictl create` the experiment; yields its id; stops it (by port if no id came back)."""
+    exp_id = None
+    try:
+        exp_id = tune.create(config, port)
+        yield exp_id
+    finally:
+        if exp_id:
+            tune.nnictl("stop", exp_id, check=False)
+        else:
+            tune.nnictl("stop", "--port", str(port), check=False)

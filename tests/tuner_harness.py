@@ -1,0 +1,282 @@
+"""What the tuners' tests share: NNI 3.0 played in-process, search spaces, synthetic objectives, checks.
+
+`FakeNNI` drives a tuner call for call as NNI's dispatcher and manager do. The objectives are smooth
+stand-ins for kernel speed; `constrained` adds the device limits that make most of a matmul factor
+space invalid on a GPU (as `trial.templates.matmul.resources` computes them), which is where tuners
+that start from random samples or walk on from failures used to waste their budget.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import nni
+import pytest
+
+from tuners.base import CHECKPOINT_ENV, RequestQueued, SpaceTuner, parse_metric
+from tuners.space import Config, SearchSpace
+
+TINY = {
+    "a": {"_type": "factor", "_value": [12, 2]},
+    "b": {"_type": "choice", "_value": ["x", "y"]},
+    "c": {"_type": "perm", "_value": [2]},
+}
+MM = {
+    "K": {"_type": "factor", "_value": [1024, 3]},
+    "X": {"_type": "factor", "_value": [512, 4]},
+    "Y": {"_type": "factor", "_value": [1024, 4]},
+    "unroll": {"_type": "discrete", "_value": [0, 16, 64, 512, 1500]},
+    "vec": {"_type": "discrete", "_value": [1, 2, 4]},
+}
+"""The space of mm/N512K1024M1024 (`trial.templates.matmul.search_space`)."""
+BMM = {**MM, "B": {"_type": "factor", "_value": [960, 2]}}
+CONV = {
+    "tile_f": {"_type": "factor", "_value": [64, 4]},
+    "tile_y": {"_type": "factor", "_value": [55, 4]},
+    "tile_x": {"_type": "factor", "_value": [55, 4]},
+    "tile_rc": {"_type": "factor", "_value": [3, 2]},
+    "tile_ry": {"_type": "factor", "_value": [11, 2]},
+    "tile_rx": {"_type": "factor", "_value": [11, 2]},
+    "auto_unroll_max_step": {"_type": "discrete", "_value": [0, 125, 256]},
+    "unroll_explicit": {"_type": "choice", "_value": [0, 1]},
+}
+ORDERED = {**MM, "order": {"_type": "perm", "_value": [5]}, "layout": {"_type": "choice", "_value": ["NN", "NT", "TN"]}}
+SPACES = {"mm": MM, "bmm": BMM, "conv": CONV, "perm": ORDERED}
+
+
+@pytest.fixture(autouse=True)
+def no_checkpoint_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tuners write no state file unless a test asks for one (import this fixture to apply it)."""
+    monkeypatch.delenv(CHECKPOINT_ENV, raising=False)
+
+
+def ok(value: float) -> dict:
+    """A trial's report of a successful measurement."""
+    return {"default": value, "status": "ok", "reason": "", "params": None, "parameter_id": None}
+
+
+INVALID = {"default": 0.0, "status": "invalid"}
+"""A trial's report of knobs beyond the device's limits."""
+
+
+class FakeNNI:
+    """Plays NNI 3.0's dispatcher and manager: fresh ids, st_callback, one request per finished trial."""
+
+    def __init__(self, tuner: SpaceTuner, objective: Callable[[Config], Any], concurrency: int = 4,
+                 order_seed: int | None = None) -> None:
+        self.tuner = tuner
+        self.objective = objective
+        self.concurrency = concurrency
+        self.order = random.Random(order_seed) if order_seed is not None else None
+        self.next_id = 0
+        self.running: dict[int, Config] = {}
+        self.index: dict[int, int] = {}
+        self.proposed: list[Config] = []
+        self.outcomes: list[float | None] = []
+        self.values: list[float] = []
+        self.exhausted = False
+
+    def callback(self, parameter_id: int, params: Config) -> None:
+        assert parameter_id not in self.running
+        self.running[parameter_id] = params
+        self.index[parameter_id] = len(self.proposed)
+        self.proposed.append(params)
+        self.outcomes.append(None)
+
+    def request(self, n: int) -> None:
+        ids = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        answered = self.tuner.generate_multiple_parameters(ids, st_callback=self.callback)
+        for pid, params in zip(ids, answered):
+            self.callback(pid, json.loads(json.dumps(params)))
+        if not answered and not self.running:
+            self.exhausted = True
+
+    def finish_one(self) -> None:
+        ids = list(self.running)
+        pid = self.order.choice(ids) if self.order else ids[0]
+        params = self.running.pop(pid)
+        value = self.objective(params)
+        if value is not None:
+            self.tuner.receive_trial_result(pid, params, value)
+            metric = parse_metric(value)
+            self.outcomes[self.index[pid]] = metric
+            if metric is not None:
+                self.values.append(metric)
+        self.tuner.trial_end(pid, value is not None)
+
+    def run(self, budget: int) -> FakeNNI:
+        self.request(self.concurrency)
+        while self.running:
+            self.finish_one()
+            if len(self.proposed) < budget:
+                self.request(1)
+        return self
+
+    def exhaust(self) -> FakeNNI:
+        """Keep requesting until the tuner has nothing more to propose."""
+        self.request(self.concurrency)
+        while not self.exhausted:
+            if self.running:
+                self.finish_one()
+            self.request(1)
+        return self
+
+
+def make_tuner(cls: type[SpaceTuner], space: dict, **kwargs: Any) -> Any:
+    tuner = cls(**kwargs)
+    tuner.update_search_space(space)
+    return tuner
+
+
+def keys(space: dict, configs: list[Config]) -> list[tuple]:
+    model = SearchSpace.from_json(space)
+    return [model.key(c) for c in configs]
+
+
+def is_neighbour(space: SearchSpace, a: Config, b: Config) -> bool:
+    return space.key(b) in {space.key(c) for c in space.neighbours(a)}
+
+
+def distance(space: SearchSpace, a: Config, b: Config) -> float:
+    """How far apart two configurations are, changing gradually with neighbour moves.
+
+    Squared log2 ratios of tiles, squared rank steps (doubled) of discrete values, 2 per different
+    choice, 1 per misplaced item of a permutation.
+    """
+    d = 0.0
+    for name, p in space.params.items():
+        x, y = a[name], b[name]
+        if p.type_name == "factor":
+            d += sum((math.log2(u) - math.log2(v)) ** 2 for u, v in zip(x, y))
+        elif p.type_name == "discrete":
+            d += 2 * (p.key(x) - p.key(y)) ** 2
+        elif p.type_name == "choice":
+            d += 2.0 * (x != y)
+        else:
+            d += sum(u != v for u, v in zip(x, y))
+    return d
+
+
+def objective(space_json: dict, seed: int = 123) -> Callable[[Config], float]:
+    """A smooth stand-in for kernel speed (GFLOPS, peak 1000) around a random optimum of the space."""
+    space = SearchSpace.from_json(space_json)
+    best = space.sample(random.Random(seed))
+    return lambda config: 1000.0 * math.exp(-distance(space, config, best) / 8)
+
+
+def random_search_best(space_json: dict, seed: int, budget: int, f: Callable[[Config], float], pick=max) -> float:
+    """The best of `budget` distinct uniformly sampled configurations."""
+    space = SearchSpace.from_json(space_json)
+    rng = random.Random(seed)
+    seen: dict[tuple, float] = {}
+    while len(seen) < budget:
+        config = space.sample(rng)
+        seen.setdefault(space.key(config), f(config))
+    return pick(seen.values())
+
+
+def runs(cls: type[SpaceTuner], space: dict, f: Callable[[Config], Any], budget: int, seeds: range,
+         concurrency: int = 4, **kwargs: Any) -> list[FakeNNI]:
+    """One run per seed (tuner seed and finishing order alike), checked to propose distinct valid configs."""
+    out = [FakeNNI(make_tuner(cls, space, seed=s, **kwargs), f, concurrency, order_seed=s).run(budget)
+           for s in seeds]
+    model = SearchSpace.from_json(space)
+    for run in out:
+        assert len(run.proposed) == budget
+        assert len(set(keys(space, run.proposed))) == budget
+        for config in run.proposed:
+            model.validate(config)
+    return out
+
+
+def failing(f: Callable[[Config], float], crash: Callable[[Config], bool]) -> Callable[[Config], Any]:
+    """`f` with failures: vec 4 fails to compile yet claims a huge metric, and `crash` configs report nothing."""
+    def measured(config: Config) -> Any:
+        if config["vec"] == 4:
+            return {"default": 1e9, "status": "compile_error", "reason": "too many registers"}
+        if crash(config):
+            return None
+        return ok(f(config))
+
+    return measured
+
+
+def assert_exhausts_tiny(cls: type[SpaceTuner], concurrency: int, **kwargs: Any) -> None:
+    """On a 24-config space (one of which fails) every config is proposed once, then `NoMoreTrialError`."""
+    space = SearchSpace.from_json(TINY)
+
+    def measured(config: Config) -> Any:
+        if config["b"] == "y" and config["c"] == [1, 0]:
+            return {"default": None, "status": "compile_error", "reason": "boom"}
+        return ok(float(config["a"][0]))
+
+    tuner = make_tuner(cls, TINY, seed=0, **kwargs)
+    nni_ = FakeNNI(tuner, measured, concurrency=concurrency, order_seed=1).exhaust()
+    assert sorted(keys(TINY, nni_.proposed)) == sorted(space.key(c) for c in space.values())
+    with pytest.raises(nni.NoMoreTrialError) as info:
+        tuner.generate_parameters(999, st_callback=nni_.callback)
+    assert not isinstance(info.value, RequestQueued)
+    assert tuner.generate_multiple_parameters([1000, 1001], st_callback=nni_.callback) == []
+
+
+# ---- a constrained objective: most of the mm space is beyond the device's limits ---------------------
+
+MAX_THREADS, MAX_SHARED_BYTES, MAX_REGISTERS = 1024, 49152, 255
+PEAK = {"K": [64, 8, 2], "X": [4, 2, 16, 4], "Y": [8, 2, 16, 4], "unroll": 512, "vec": 4}
+"""Where `constrained` peaks: 64x128 block tiles of 16x16 threads, 8x8 accumulators each."""
+
+
+def resources(config: Config) -> dict[str, int]:
+    """Threads, shared bytes and registers per thread of one block, as `trial.templates.matmul.resources`."""
+    K, X, Y = config["K"], config["X"], config["Y"]
+    return {"threads": X[2] * Y[2],
+            "shared_bytes": (X[1] * X[2] * X[3] + Y[1] * Y[2] * Y[3]) * K[1] * K[2] * 4,
+            "registers": X[1] * X[3] * Y[1] * Y[3] + (X[1] * X[3] + Y[1] * Y[3]) * K[2] + 16}
+
+
+def fits(config: Config) -> bool:
+    r = resources(config)
+    return r["threads"] <= MAX_THREADS and r["shared_bytes"] <= MAX_SHARED_BYTES and r["registers"] <= MAX_REGISTERS
+
+
+_MM_SPACE = SearchSpace.from_json(MM)
+assert fits(PEAK)
+
+
+def constrained(config: Config) -> dict:
+    """The trial's report on `MM`: invalid beyond the limits, else GFLOPS (peak 20000) falling off with distance."""
+    if not fits(config):
+        return dict(INVALID)
+    return ok(20000.0 * math.exp(-distance(_MM_SPACE, config, PEAK) / 8))
+
+
+def constrained_random_best(seed: int, budget: int) -> float:
+    """The best of `budget` distinct uniform samples of `MM`, an invalid one counting 0."""
+    return random_search_best(MM, seed, budget, lambda c: parse_metric(constrained(c)) or 0.0)
+
+
+@dataclass
+class Benchmark:
+    valid_after: float  # the fraction of trials after the first `skip` that were valid, over all runs
+    best: float  # mean over the seeds of the best metric
+    random_best: float  # the same for uniform random search
+
+    def __str__(self) -> str:
+        return (f"valid after warm-up {self.valid_after:.0%}, best {self.best:.0f} vs random {self.random_best:.0f} "
+                f"({self.best / self.random_best:.1f}x)")
+
+
+def benchmark(cls: type[SpaceTuner], seeds: range, budget: int = 128, concurrency: int = 8, skip: int = 20,
+              **kwargs: Any) -> Benchmark:
+    """`cls` on the constrained objective: how often its trials after the first `skip` are valid, and its best."""
+    done = [FakeNNI(make_tuner(cls, MM, seed=s, **kwargs), constrained, concurrency, order_seed=s).run(budget)
+            for s in seeds]
+    later = [outcome is not None for run in done for outcome in run.outcomes[skip:]]
+    return Benchmark(sum(later) / len(later), statistics.mean(max(run.values, default=0.0) for run in done),
+                     statistics.mean(constrained_random_best(s, budget) for s in seeds))
