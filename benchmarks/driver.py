@@ -1,11 +1,11 @@
 """In-process driver: a tuner through NNI's Tuner API and the trial's measure path, without NNI's manager.
 
-A benchmark needs many seeded runs of several tuners, timed without the manager's 5-second polling,
-while measuring exactly what an nnictl experiment measures.  So the tuner classes and their classArgs
-are the experiments' (`trial.space.TUNERS`, `trial.space.BUILTIN_TUNERS`), each trial is
-`trial.measure.measure` (its own child process; the device lock serialises timing per device), and
-`drive` plays NNI 3.0's dispatcher and manager (nni/runtime/msg_dispatcher.py,
-nni_node/core/nnimanager.js) call for call:
+A benchmark needs many seeded runs of several tuners, in one process without NNI's manager (a Node
+server, a dispatcher process, a trial process per trial that imports NNI), while measuring exactly
+what an nnictl experiment measures.  So the tuner classes and their classArgs are the experiments'
+(`trial.space.TUNERS`, `trial.space.BUILTIN_TUNERS`), each trial is `trial.measure.measure` (its own
+child process; the device lock serialises timing per device), and `drive` plays NNI 3.0's dispatcher
+and manager (nni/runtime/msg_dispatcher.py, nni_node/core/nnimanager.js) call for call:
 
 * `update_search_space` first; then a request for `workers` parameters (the trial concurrency);
 * each request takes fresh parameter ids and calls `generate_multiple_parameters(ids, st_callback=...)`;
@@ -47,7 +47,11 @@ from tuners.space import twin_space
 
 
 class SeededEvolutionTuner(EvolutionTuner):
-    """NNI's Evolution tuner, seeded: it draws from an unseeded RandomState and the `random` module."""
+    """NNI's Evolution tuner, seeded: it draws from an unseeded RandomState and the `random` module.
+
+    `random` is the whole process's generator, so Evolution runs at the same time (compare --parallel)
+    are not reproducible.
+    """
 
     def __init__(self, seed: int, **class_args: Any) -> None:
         super().__init__(**class_args)

@@ -55,7 +55,7 @@ def run_one(wl, tuner: str, trials: int, concurrency: int, port: int, root: Path
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("workload", help="op/spec, e.g. mm/N512K1024M1024")
-    p.add_argument("--tuners", nargs="+", default=["opevo"], choices=sorted(space.TUNERS))
+    p.add_argument("--tuners", nargs="+", default=["opevo"], choices=sorted([*space.TUNERS, *space.BUILTIN_TUNERS]))
     p.add_argument("--trials", type=int, default=128)
     p.add_argument("--concurrency", type=int, default=space.CONCURRENCY)
     p.add_argument("--together", action="store_true", help="run the tuners' experiments at the same time")

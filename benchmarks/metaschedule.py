@@ -98,18 +98,21 @@ def _classes() -> tuple[type, type, type]:
 
     @derived_object
     class LockedRunner(PyRunner):
-        """LocalRunner (which runs on device 0 and returns finished futures) under the suite's device lock."""
+        """LocalRunner (on device 0; it returns finished futures) with each candidate under the device lock."""
 
         def __init__(self, inner: Any, kind: str) -> None:
             super().__init__()
             self.inner, self.kind, self.lock_wait_s, self.seconds = inner, kind, 0.0, 0.0
 
         def run(self, runner_inputs: list) -> list:
-            start = time.perf_counter()
-            with devicelock.acquire(self.kind, 1):
-                locked = time.perf_counter()
-                futures = self.inner.run(runner_inputs)
-            self.lock_wait_s, self.seconds = locked - start, time.perf_counter() - locked
+            futures, self.lock_wait_s, self.seconds = [], 0.0, 0.0
+            for one in runner_inputs:
+                start = time.perf_counter()
+                with devicelock.acquire(self.kind, 1):
+                    locked = time.perf_counter()
+                    futures += self.inner.run([one])
+                self.lock_wait_s += locked - start
+                self.seconds += time.perf_counter() - locked
             return futures
 
     @derived_object
@@ -176,7 +179,6 @@ def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Optio
     start = time.perf_counter()
     import logging
 
-    import tvm  # noqa: F401
     from tvm.s_tir import meta_schedule as ms
 
     from trial import templates

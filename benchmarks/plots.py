@@ -33,7 +33,7 @@ def convergence(curves: Mapping[str, Sequence[Sequence[float]]], path: str | os.
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
     for i, (tuner, runs) in enumerate(curves.items()):
         runs = [r for r in runs if len(r)]
         if not runs:
@@ -52,7 +52,7 @@ def convergence(curves: Mapping[str, Sequence[Sequence[float]]], path: str | os.
         ax.axhline(vendor[1], color="black", linestyle="--", linewidth=1.2, label=f"{vendor[0]} ({vendor[1]:.0f})")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), loc="lower right", fontsize=8)
+    ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     ax.set_xlabel("trials")
     ax.set_ylabel("best GFLOPS so far")
     ax.set_title(title)

@@ -1,4 +1,4 @@
-"""Benchmarks: the driver plays NNI's dispatcher faithfully, and a tiny CPU comparison writes its CSV, plot and table."""
+"""Benchmarks: the driver plays NNI's dispatcher faithfully; a tiny CPU comparison writes its CSV, plot, table."""
 import csv
 import threading
 from collections import deque
@@ -134,12 +134,13 @@ def test_plan_and_trials_to():
 
 
 def test_compare_on_the_cpu(tmp_path, capsys):
-    """The whole comparison at a tiny budget: every trial in the CSV, a PNG, the table and the breakdown."""
+    """The whole comparison at a tiny budget, two runs at a time: every trial in the CSV, a PNG, the tables."""
     tuners, seeds, trials = ["opevo", "gbfs", "random", "tpe", "metaschedule"], 2, 6
     out = tmp_path / "out"
     assert compare.main(["mm/N32K32M32", "--tuners", *tuners, "--trials", str(trials), "--seeds", str(seeds),
-                         "--target", "llvm", "--workers", "2", "--min-repeat-ms", "1", "--out", str(out),
-                         "--records", str(tmp_path / "records.sqlite"), "--breakdown", "--no-progress"]) == 0
+                         "--target", "llvm", "--workers", "2", "--parallel", "2", "--min-repeat-ms", "1",
+                         "--out", str(out), "--records", str(tmp_path / "records.sqlite"), "--breakdown",
+                         "--no-progress"]) == 0
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert list(rows[0]) == compare.COLUMNS
     for tuner in tuners:

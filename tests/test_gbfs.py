@@ -1,95 +1,21 @@
-"""GBFSTuner driven in-process through the NNI 3.0 Tuner API, on synthetic objectives over real spaces.
-
-The spaces, the objective and the random-search baseline here are shared with test_na2c.py.
-"""
+"""GBFSTuner driven in-process through the NNI 3.0 Tuner API, on synthetic objectives over real spaces."""
 from __future__ import annotations
 
-import math
 import random
-import statistics
-from collections.abc import Callable
 from typing import Any
 
 import nni
 import pytest
-from test_opevo import TINY, FakeNNI, no_checkpoint_dir, ok  # noqa: F401 - the fixture applies here too
+import tuner_harness as h
+from tuner_harness import BMM, CONV, MM, SPACES, FakeNNI, is_neighbour, keys, objective, ok
+from tuner_harness import ORDERED, no_checkpoint_dir  # noqa: F401 - the fixture applies here; test_twin imports ORDERED
 
-from tuners.base import RequestQueued
 from tuners.gbfs import GBFSTuner
 from tuners.space import Config, SearchSpace
 
-MM = {
-    "K": {"_type": "factor", "_value": [1024, 3]},
-    "X": {"_type": "factor", "_value": [512, 4]},
-    "Y": {"_type": "factor", "_value": [1024, 4]},
-    "unroll": {"_type": "discrete", "_value": [0, 16, 64, 512, 1500]},
-    "vec": {"_type": "discrete", "_value": [1, 2, 4]},
-}
-BMM = {**MM, "B": {"_type": "factor", "_value": [960, 2]}}
-CONV = {
-    "tile_f": {"_type": "factor", "_value": [64, 4]},
-    "tile_y": {"_type": "factor", "_value": [55, 4]},
-    "tile_x": {"_type": "factor", "_value": [55, 4]},
-    "tile_rc": {"_type": "factor", "_value": [3, 2]},
-    "tile_ry": {"_type": "factor", "_value": [11, 2]},
-    "tile_rx": {"_type": "factor", "_value": [11, 2]},
-    "auto_unroll_max_step": {"_type": "discrete", "_value": [0, 125, 256]},
-    "unroll_explicit": {"_type": "choice", "_value": [0, 1]},
-}
-ORDERED = {**MM, "order": {"_type": "perm", "_value": [5]}, "layout": {"_type": "choice", "_value": ["NN", "NT", "TN"]}}
-SPACES = {"mm": MM, "bmm": BMM, "conv": CONV, "perm": ORDERED}
-
-
-def objective(space_json: dict, seed: int = 123) -> Callable[[Config], float]:
-    """A smooth stand-in for kernel speed (GFLOPS, peak 1000) around a random optimum of the space.
-
-    Distance: squared log2 ratios of tiles, squared rank steps (doubled) of discrete values, 2 per
-    different choice, 1 per misplaced item of a permutation; so neighbour moves change it gradually.
-    """
-    space = SearchSpace.from_json(space_json)
-    best = space.sample(random.Random(seed))
-
-    def gflops(config: Config) -> float:
-        d = 0.0
-        for name, p in space.params.items():
-            a, b = config[name], best[name]
-            if p.type_name == "factor":
-                d += sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b))
-            elif p.type_name == "discrete":
-                d += 2 * (p.key(a) - p.key(b)) ** 2
-            elif p.type_name == "choice":
-                d += 2.0 * (a != b)
-            else:
-                d += sum(x != y for x, y in zip(a, b))
-        return 1000.0 * math.exp(-d / 8)
-
-    return gflops
-
-
-def random_search_best(space_json: dict, seed: int, budget: int, f: Callable[[Config], float], pick=max) -> float:
-    """The best of `budget` distinct uniformly sampled configurations."""
-    space = SearchSpace.from_json(space_json)
-    rng = random.Random(seed)
-    seen: dict[tuple, float] = {}
-    while len(seen) < budget:
-        config = space.sample(rng)
-        seen.setdefault(space.key(config), f(config))
-    return pick(seen.values())
-
 
 def make_tuner(space: dict = MM, **kwargs: Any) -> GBFSTuner:
-    tuner = GBFSTuner(**kwargs)
-    tuner.update_search_space(space)
-    return tuner
-
-
-def keys(space: dict, configs: list[Config]) -> list[tuple]:
-    model = SearchSpace.from_json(space)
-    return [model.key(c) for c in configs]
-
-
-def is_neighbour(space: SearchSpace, a: Config, b: Config) -> bool:
-    return space.key(b) in {space.key(c) for c in space.neighbours(a)}
+    return h.make_tuner(GBFSTuner, space, **kwargs)
 
 
 class Recording(GBFSTuner):
@@ -108,32 +34,17 @@ class Recording(GBFSTuner):
 
 @pytest.mark.parametrize("name", SPACES)
 def test_beats_random_search_maximizing(name: str) -> None:
-    space, f = SPACES[name], objective(SPACES[name])
-    budget, seeds = 150, range(5)
-    runs = [FakeNNI(make_tuner(space, seed=s), lambda c: ok(f(c)), order_seed=s).run(budget) for s in seeds]
-    model = SearchSpace.from_json(space)
-    for run in runs:
-        assert len(run.proposed) == budget
-        assert len(set(keys(space, run.proposed))) == budget
-        for config in run.proposed:
-            model.validate(config)
-    gbfs = statistics.mean(max(run.values) for run in runs)
-    rand = statistics.mean(random_search_best(space, s, budget, f) for s in seeds)
-    assert gbfs > 5 * rand
+    h.assert_beats_random(GBFSTuner, SPACES[name], objective(SPACES[name]), 5)
 
 
 @pytest.mark.parametrize("name", ["mm", "conv"])
 def test_beats_random_search_minimizing(name: str) -> None:
-    space, f = SPACES[name], objective(SPACES[name])
+    h.assert_beats_random(GBFSTuner, SPACES[name], objective(SPACES[name]), 5, optimize_mode="minimize")
 
-    def seconds(config: Config) -> float:
-        return 1.0 / f(config)
 
-    budget, seeds = 150, range(5)
-    gbfs = [min(FakeNNI(make_tuner(space, optimize_mode="minimize", seed=s), lambda c: ok(seconds(c)),
-                        order_seed=s).run(budget).values) for s in seeds]
-    rand = [random_search_best(space, s, budget, seconds, pick=min) for s in seeds]
-    assert statistics.mean(gbfs) < statistics.mean(rand) / 5
+def test_constrained_space() -> None:
+    # Most of the space is beyond the device's limits: expanding valid configs keeps trials valid.
+    h.assert_valid_and_better(GBFSTuner, 5)
 
 
 def test_same_seed_same_run() -> None:
@@ -185,19 +96,10 @@ def test_never_stalls_while_trials_are_in_flight() -> None:
 
 
 def test_failed_trials_are_never_expanded() -> None:
-    f = objective(MM)
-
-    def measured(config: Config) -> Any:
-        if config["vec"] == 4:
-            # A failure that claims a huge metric must still not be expanded.
-            return {"default": 1e9, "status": "compile_error", "reason": "too many registers"}
-        if config["unroll"] == 1500:
-            return None  # the trial crashed without reporting
-        return ok(f(config))
-
+    # A failure that claims a huge metric (vec 4) must still not be expanded.
     tuner = Recording(seed=4)
     tuner.update_search_space(MM)
-    nni_ = FakeNNI(tuner, measured, order_seed=2).run(200)
+    nni_ = FakeNNI(tuner, h.failing(objective(MM), crash=lambda c: c["unroll"] == 1500), order_seed=2).run(200)
     assert len(set(keys(MM, nni_.proposed))) == len(nni_.proposed) == 200
     failed = [c for c, v in tuner.history() if v is None]
     assert any(c["vec"] == 4 for c in failed) and any(c["unroll"] == 1500 for c in failed)
@@ -216,28 +118,27 @@ def test_import_data_seeds_the_search() -> None:
     assert all(is_neighbour(space, earlier, c) for c in proposed)
 
 
+# ---- warm start --------------------------------------------------------------------------------------
+
+def test_warm_start(tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    h.assert_warm_start(GBFSTuner, tmp_path, monkeypatch, caplog)
+
+
+def test_warm_start_configs_are_expanded_first(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    h.recorded_store(tmp_path, monkeypatch)
+    tuner = Recording(warm_start=True, workload=h.WORKLOAD, device=h.DEVICE, num_samples=3, seed=0)
+    tuner.update_search_space(MM)
+    nni_ = FakeNNI(tuner, h.constrained, concurrency=1).run(5)
+    assert nni_.proposed[:2] == [h.PEAK, h.SECOND]
+    assert tuner.expanded == [h.PEAK]
+    space = SearchSpace.from_json(MM)
+    assert all(is_neighbour(space, h.PEAK, c) for c in nni_.proposed[2:])
+
+
 # ---- NNI protocol ----------------------------------------------------------------------------------
 
 def test_tiny_space_is_exhausted_after_each_config_once() -> None:
-    space = SearchSpace.from_json(TINY)
-
-    def measured(config: Config) -> Any:
-        if config["b"] == "y" and config["c"] == [1, 0]:
-            return {"default": None, "status": "compile_error", "reason": "boom"}
-        return ok(float(config["a"][0]))
-
-    tuner = make_tuner(TINY, num_samples=2, seed=0)
-    nni_ = FakeNNI(tuner, measured, concurrency=3, order_seed=1)
-    nni_.request(3)
-    while not nni_.exhausted:
-        if nni_.running:
-            nni_.finish_one()
-        nni_.request(1)
-    assert sorted(keys(TINY, nni_.proposed)) == sorted(space.key(c) for c in space.values())
-    with pytest.raises(nni.NoMoreTrialError) as info:
-        tuner.generate_parameters(999, st_callback=nni_.callback)
-    assert not isinstance(info.value, RequestQueued)
-    assert tuner.generate_multiple_parameters([1000, 1001], st_callback=nni_.callback) == []
+    h.assert_exhausts_tiny(GBFSTuner, concurrency=3, num_samples=2)
 
 
 def test_exhaustion_while_trials_are_in_flight() -> None:
@@ -253,6 +154,7 @@ def test_exhaustion_while_trials_are_in_flight() -> None:
     ({"num_samples": 2.5}, "num_samples"),
     ({"num_samples": True}, "num_samples"),
     ({"seed": 1.5}, "seed"),
+    *h.BAD_WARM_ARGS,
 ])
 def test_bad_class_args(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):

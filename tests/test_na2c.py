@@ -9,18 +9,16 @@ from typing import Any
 import nni
 import numpy as np
 import pytest
-from test_gbfs import CONV, MM, SPACES, is_neighbour, keys, objective, random_search_best
-from test_opevo import TINY, FakeNNI, no_checkpoint_dir, ok  # noqa: F401 - the fixture applies here too
+import tuner_harness as h
+from tuner_harness import CONV, MM, SPACES, TINY, FakeNNI, is_neighbour, keys, objective, ok
+from tuner_harness import no_checkpoint_dir  # noqa: F401 - the fixture applies here too
 
-from tuners.base import RequestQueued
 from tuners.na2c import MLP, Adam, NA2CTuner, a2c_update, log_prob_grad, moves, policy, value_grad
 from tuners.space import Config, SearchSpace
 
 
 def make_tuner(space: dict = MM, **kwargs: Any) -> NA2CTuner:
-    tuner = NA2CTuner(**kwargs)
-    tuner.update_search_space(space)
-    return tuner
+    return h.make_tuner(NA2CTuner, space, **kwargs)
 
 
 # ---- action set ----------------------------------------------------------------------------------------
@@ -124,6 +122,15 @@ def test_a2c_update_ascends_the_advantage(reward: float) -> None:
         np.testing.assert_allclose(actor.params[k], before.params[k])
 
 
+def test_a2c_update_at_the_end_of_a_walk_targets_the_reward() -> None:
+    rng = np.random.default_rng(4)
+    actor, critic = MLP(4, 8, 5, rng), MLP(4, 8, 1, rng)
+    x, mask = rng.random(4), np.ones(5, dtype=bool)
+    value = float(critic.forward(x)[0][0])
+    advantage = a2c_update(actor, critic, Adam(actor.params, 0.01), Adam(critic.params, 0.01), x, mask, 1, 0.0, None)
+    assert advantage == pytest.approx(0.0 - value)
+
+
 def test_hidden_size_is_used() -> None:
     tuner = make_tuner(CONV, hidden_size=17, seed=0)
     tuner.generate_multiple_parameters([0])
@@ -161,36 +168,50 @@ def test_walk_climbs_and_restarts_from_the_best(mode: str) -> None:
     assert len(set(keys(MM, p))) == 9
 
 
+def test_failed_move_is_undone() -> None:
+    space = SearchSpace.from_json(MM)
+    tuner = make_tuner(MM, n_states=1, seed=2)
+    (start,) = tuner.generate_multiple_parameters([0])
+    tuner.receive_trial_result(0, start, ok(5.0))
+    (move,) = tuner.generate_multiple_parameters([1])
+    tuner.receive_trial_result(1, move, h.INVALID)
+    (again,) = tuner.generate_multiple_parameters([2])
+    assert is_neighbour(space, start, move) and is_neighbour(space, start, again)
+
+
+def test_walker_on_a_failure_restarts_from_the_best() -> None:
+    space = SearchSpace.from_json(MM)
+    tuner = make_tuner(MM, n_states=2, seed=3)
+    good, bad = tuner.generate_multiple_parameters([0, 1])
+    tuner.receive_trial_result(0, good, ok(5.0))
+    tuner.receive_trial_result(1, bad, h.INVALID)
+    step, restart = tuner.generate_multiple_parameters([2, 3])
+    assert is_neighbour(space, good, step)
+    assert is_neighbour(space, good, restart) and not is_neighbour(space, bad, restart)
+
+
+def test_walkers_never_walk_on_from_failures() -> None:
+    # Nothing succeeds and every result is known by the walker's next turn: every proposal is a restart.
+    space = SearchSpace.from_json(MM)
+    run = FakeNNI(make_tuner(MM, seed=1), lambda c: dict(h.INVALID), concurrency=1).run(40)
+    assert not any(is_neighbour(space, a, b) for i, b in enumerate(run.proposed) for a in run.proposed[:i])
+
+
 # ---- behaviour as an optimiser ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", SPACES)
 def test_beats_random_search_maximizing(name: str) -> None:
-    space, f = SPACES[name], objective(SPACES[name])
-    budget, seeds = 150, range(5)
-    runs = [FakeNNI(make_tuner(space, seed=s), lambda c: ok(f(c)), order_seed=s).run(budget) for s in seeds]
-    model = SearchSpace.from_json(space)
-    for run in runs:
-        assert len(run.proposed) == budget
-        assert len(set(keys(space, run.proposed))) == budget
-        for config in run.proposed:
-            model.validate(config)
-    na2c = statistics.mean(max(run.values) for run in runs)
-    rand = statistics.mean(random_search_best(space, s, budget, f) for s in seeds)
-    assert na2c > 2 * rand
+    h.assert_beats_random(NA2CTuner, SPACES[name], objective(SPACES[name]), 2)
 
 
 @pytest.mark.parametrize("name", ["mm", "conv"])
 def test_beats_random_search_minimizing(name: str) -> None:
-    space, f = SPACES[name], objective(SPACES[name])
+    h.assert_beats_random(NA2CTuner, SPACES[name], objective(SPACES[name]), 2, optimize_mode="minimize")
 
-    def seconds(config: Config) -> float:
-        return 1.0 / f(config)
 
-    budget, seeds = 150, range(5)
-    na2c = [min(FakeNNI(make_tuner(space, optimize_mode="minimize", seed=s), lambda c: ok(seconds(c)),
-                        order_seed=s).run(budget).values) for s in seeds]
-    rand = [random_search_best(space, s, budget, seconds, pick=min) for s in seeds]
-    assert statistics.mean(na2c) < statistics.mean(rand) / 2
+def test_constrained_space() -> None:
+    # Most of the space is beyond the device's limits: walkers that restart from successes stay valid.
+    h.assert_valid_and_better(NA2CTuner, 3)
 
 
 def test_learning_helps() -> None:
@@ -216,17 +237,8 @@ def test_same_seed_same_run() -> None:
 
 
 def test_failed_trials_are_tolerated() -> None:
-    f = objective(MM)
-
-    def measured(config: Config) -> Any:
-        if config["vec"] == 4:
-            return {"default": 1e9, "status": "compile_error", "reason": "too many registers"}
-        if config["unroll"] == 1500:
-            return None  # the trial crashed without reporting
-        return ok(f(config))
-
     tuner = make_tuner(MM, seed=4)
-    run = FakeNNI(tuner, measured, order_seed=2).run(200)
+    run = FakeNNI(tuner, h.failing(objective(MM), crash=lambda c: c["unroll"] == 1500), order_seed=2).run(200)
     assert len(set(keys(MM, run.proposed))) == len(run.proposed) == 200
     failed = [c for c, v in tuner.history() if v is None]
     assert any(c["vec"] == 4 for c in failed) and any(c["unroll"] == 1500 for c in failed)
@@ -236,27 +248,27 @@ def test_failed_trials_are_tolerated() -> None:
     assert best is not None and best[0]["vec"] != 4 and best[1] == max(run.values)
 
 
+# ---- warm start --------------------------------------------------------------------------------------
+
+def test_warm_start(tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    h.assert_warm_start(NA2CTuner, tmp_path, monkeypatch, caplog)
+
+
+def test_walkers_start_at_the_warm_start_configs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    h.recorded_store(tmp_path, monkeypatch)
+    tuner = h.warm_tuner(NA2CTuner, n_states=3)
+    proposed = tuner.generate_multiple_parameters(list(range(6)))
+    space = SearchSpace.from_json(MM)
+    assert proposed[:2] == [h.PEAK, h.SECOND]
+    assert is_neighbour(space, h.PEAK, proposed[2]) and is_neighbour(space, h.SECOND, proposed[3])
+    assert not any(is_neighbour(space, c, proposed[4]) for c in proposed[:4])  # the third walker: random
+    assert is_neighbour(space, proposed[2], proposed[5])
+
+
 # ---- NNI protocol ----------------------------------------------------------------------------------
 
 def test_tiny_space_is_exhausted_after_each_config_once() -> None:
-    space = SearchSpace.from_json(TINY)
-
-    def measured(config: Config) -> Any:
-        if config["b"] == "y" and config["c"] == [1, 0]:
-            return {"default": None, "status": "compile_error", "reason": "boom"}
-        return ok(float(config["a"][0]))
-
-    tuner = make_tuner(TINY, n_states=3, n_steps=4, seed=0)
-    nni_ = FakeNNI(tuner, measured, concurrency=3, order_seed=1)
-    nni_.request(3)
-    while not nni_.exhausted:
-        if nni_.running:
-            nni_.finish_one()
-        nni_.request(1)
-    assert sorted(keys(TINY, nni_.proposed)) == sorted(space.key(c) for c in space.values())
-    with pytest.raises(nni.NoMoreTrialError) as info:
-        tuner.generate_parameters(999, st_callback=nni_.callback)
-    assert not isinstance(info.value, RequestQueued)
+    h.assert_exhausts_tiny(NA2CTuner, concurrency=3, n_states=3, n_steps=4)
 
 
 def test_exhaustion_while_trials_are_in_flight() -> None:
@@ -281,6 +293,7 @@ def test_exhaustion_while_trials_are_in_flight() -> None:
     ({"epsilon": 1.5}, "epsilon"),
     ({"epsilon": None}, "epsilon"),
     ({"seed": "1"}, "seed"),
+    *h.BAD_WARM_ARGS,
 ])
 def test_bad_class_args(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):

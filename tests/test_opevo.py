@@ -1,16 +1,16 @@
-"""OpEvoTuner driven in-process through the NNI 3.0 Tuner API, on a synthetic matmul objective."""
+"""OpEvoTuner driven in-process through the NNI 3.0 Tuner API, on synthetic matmul objectives."""
 from __future__ import annotations
 
 import json
 import math
-import random
 import statistics
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import nni
 import pytest
+import tuner_harness as h
+from tuner_harness import FakeNNI, keys, no_checkpoint_dir, ok  # noqa: F401 - the fixture applies here too
 
 from tuners.base import CHECKPOINT_ENV, RequestQueued, parse_metric
 from tuners.opevo import OpEvoTuner
@@ -23,11 +23,7 @@ MATMUL = {
     "unroll": {"_type": "discrete", "_value": [0, 16, 64, 512]},
     "vec": {"_type": "choice", "_value": [1, 2, 4]},
 }
-TINY = {
-    "a": {"_type": "factor", "_value": [12, 2]},
-    "b": {"_type": "choice", "_value": ["x", "y"]},
-    "c": {"_type": "perm", "_value": [2]},
-}
+TINY = h.TINY
 BEST_TILES = {"K": [32, 8, 4], "X": [8, 4, 8, 2], "Y": [4, 16, 4, 4]}
 
 
@@ -40,83 +36,8 @@ def gflops(config: dict) -> float:
     return 1000.0 * math.exp(-distance / 8) * unroll * vec
 
 
-def ok(value: float) -> dict:
-    return {"default": value, "status": "ok", "reason": "", "params": None, "parameter_id": None}
-
-
-@pytest.fixture(autouse=True)
-def no_checkpoint_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(CHECKPOINT_ENV, raising=False)
-
-
-class FakeNNI:
-    """Plays NNI 3.0's dispatcher and manager: fresh ids, st_callback, one request per finished trial."""
-
-    def __init__(self, tuner: OpEvoTuner, objective: Callable[[dict], Any], concurrency: int = 4,
-                 order_seed: int | None = None) -> None:
-        self.tuner = tuner
-        self.objective = objective
-        self.concurrency = concurrency
-        self.order = random.Random(order_seed) if order_seed is not None else None
-        self.next_id = 0
-        self.running: dict[int, dict] = {}
-        self.proposed: list[dict] = []
-        self.values: list[float] = []
-        self.exhausted = False
-
-    def callback(self, parameter_id: int, params: dict) -> None:
-        assert parameter_id not in self.running
-        self.running[parameter_id] = params
-        self.proposed.append(params)
-
-    def request(self, n: int) -> None:
-        ids = list(range(self.next_id, self.next_id + n))
-        self.next_id += n
-        answered = self.tuner.generate_multiple_parameters(ids, st_callback=self.callback)
-        for pid, params in zip(ids, answered):
-            self.callback(pid, json.loads(json.dumps(params)))
-        if not answered and not self.running:
-            self.exhausted = True
-
-    def finish_one(self) -> None:
-        ids = list(self.running)
-        pid = self.order.choice(ids) if self.order else ids[0]
-        params = self.running.pop(pid)
-        value = self.objective(params)
-        if value is not None:
-            self.tuner.receive_trial_result(pid, params, value)
-            if parse_metric(value) is not None:
-                self.values.append(parse_metric(value))
-        self.tuner.trial_end(pid, value is not None)
-
-    def run(self, budget: int) -> FakeNNI:
-        self.request(self.concurrency)
-        while self.running:
-            self.finish_one()
-            if len(self.proposed) < budget:
-                self.request(1)
-        return self
-
-
 def make_tuner(space: dict = MATMUL, **kwargs: Any) -> OpEvoTuner:
-    tuner = OpEvoTuner(**kwargs)
-    tuner.update_search_space(space)
-    return tuner
-
-
-def keys(space: dict, configs: list[dict]) -> list[tuple]:
-    model = SearchSpace.from_json(space)
-    return [model.key(c) for c in configs]
-
-
-def random_search_best(seed: int, budget: int, objective: Callable[[dict], float], pick=max) -> float:
-    space = SearchSpace.from_json(MATMUL)
-    rng = random.Random(seed)
-    seen: dict[tuple, float] = {}
-    while len(seen) < budget:
-        config = space.sample(rng)
-        seen.setdefault(space.key(config), objective(config))
-    return pick(seen.values())
+    return h.make_tuner(OpEvoTuner, space, **kwargs)
 
 
 # ---- behaviour as an optimiser ---------------------------------------------------------------------
@@ -139,22 +60,11 @@ def test_same_seed_same_run() -> None:
 
 
 def test_beats_random_search_maximizing() -> None:
-    budget, seeds = 150, range(6)
-    opevo = [max(FakeNNI(make_tuner(seed=s), lambda c: ok(gflops(c)), order_seed=s).run(budget).values)
-             for s in seeds]
-    rand = [random_search_best(s, budget, gflops) for s in seeds]
-    assert statistics.mean(opevo) > 1.5 * statistics.mean(rand)
+    h.assert_beats_random(OpEvoTuner, MATMUL, gflops, 1.5, seeds=range(6))
 
 
 def test_beats_random_search_minimizing() -> None:
-    def seconds(config: dict) -> float:
-        return 1.0 / gflops(config)
-
-    budget, seeds = 150, range(6)
-    opevo = [min(FakeNNI(make_tuner(optimize_mode="minimize", seed=s), lambda c: ok(seconds(c)),
-                         order_seed=s).run(budget).values) for s in seeds]
-    rand = [random_search_best(s, budget, seconds, pick=min) for s in seeds]
-    assert statistics.mean(opevo) < statistics.mean(rand) / 1.5
+    h.assert_beats_random(OpEvoTuner, MATMUL, gflops, 1.5, optimize_mode="minimize", seeds=range(6))
 
 
 @pytest.mark.parametrize("mode", ["maximize", "minimize"])
@@ -188,29 +98,49 @@ def test_offspring_come_from_parents() -> None:
         assert child not in first
 
 
+def test_breeds_from_the_first_success() -> None:
+    # One success among failures is enough to breed: the next generation are mutations of it.
+    space = SearchSpace.from_json(MATMUL)
+    tuner = make_tuner(parents_size=8, offspring_size=8, seed=3)
+    first = tuner.generate_multiple_parameters(list(range(8)))
+    tuner.receive_trial_result(0, first[0], ok(5.0))
+    for pid in range(1, 8):
+        tuner.receive_trial_result(pid, first[pid], h.INVALID)
+    assert [c for c, _ in tuner.parents()] == [first[0]]
+    children = tuner.generate_multiple_parameters(list(range(8, 16)))
+    assert len(children) == 8
+    near = statistics.mean(h.distance(space, child, first[0]) for child in children)
+    far = statistics.mean(h.distance(space, other, first[0]) for other in first[1:])
+    assert near < far / 3
+
+
+def test_constrained_space() -> None:
+    # Most of the space is beyond the device's limits: breeding from valid configs keeps trials valid.
+    h.assert_valid_and_better(OpEvoTuner, 5)
+
+
+# ---- warm start --------------------------------------------------------------------------------------
+
+def test_warm_start(tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    h.assert_warm_start(OpEvoTuner, tmp_path, monkeypatch, caplog)
+
+
+def test_warm_start_configs_become_the_first_parents(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    h.recorded_store(tmp_path, monkeypatch)
+    tuner = h.warm_tuner(OpEvoTuner, parents_size=4)
+    nni_ = FakeNNI(tuner, h.constrained, concurrency=2)
+    nni_.request(2)
+    nni_.finish_one()
+    nni_.finish_one()
+    assert nni_.proposed == [h.PEAK, h.SECOND]
+    assert [c for c, _ in tuner.parents()] == [h.PEAK, h.SECOND]
+
+
 # ---- NNI protocol ----------------------------------------------------------------------------------
 
 def test_tiny_space_is_exhausted_after_each_config_once() -> None:
-    space = SearchSpace.from_json(TINY)
-    assert space.size == 24
-
-    def objective(config: dict) -> Any:
-        if config["b"] == "y" and config["c"] == [1, 0]:
-            return {"default": None, "status": "compile_error", "reason": "boom"}
-        return ok(float(config["a"][0]))
-
-    tuner = make_tuner(TINY, parents_size=3, offspring_size=4, seed=0)
-    nni_ = FakeNNI(tuner, objective, concurrency=4, order_seed=1)
-    nni_.request(4)
-    while not nni_.exhausted:
-        if nni_.running:
-            nni_.finish_one()
-        nni_.request(1)
-    assert sorted(keys(TINY, nni_.proposed)) == sorted(space.key(c) for c in space.values())
-    with pytest.raises(nni.NoMoreTrialError) as info:
-        tuner.generate_parameters(999, st_callback=nni_.callback)
-    assert not isinstance(info.value, RequestQueued)
-    assert tuner.generate_multiple_parameters([1000, 1001], st_callback=nni_.callback) == []
+    assert SearchSpace.from_json(TINY).size == 24
+    h.assert_exhausts_tiny(OpEvoTuner, concurrency=4, parents_size=3, offspring_size=4)
 
 
 def test_exhaustion_while_trials_are_in_flight() -> None:
@@ -238,16 +168,9 @@ def test_queued_requests_are_answered_through_st_callback() -> None:
 
 
 def test_failed_trials_are_not_reproposed_nor_parents() -> None:
-    def objective(config: dict) -> Any:
-        if config["vec"] == 4:
-            # A failure that claims a huge metric must still not become a parent.
-            return {"default": 1e9, "status": "compile_error", "reason": "too many registers"}
-        if config["unroll"] == 512:
-            return None  # the trial crashed without reporting
-        return ok(gflops(config))
-
+    # A failure that claims a huge metric (vec 4) must still not become a parent.
     tuner = make_tuner(seed=4, parents_size=4, offspring_size=4)
-    nni_ = FakeNNI(tuner, objective, order_seed=2).run(200)
+    nni_ = FakeNNI(tuner, h.failing(gflops, crash=lambda c: c["unroll"] == 512), order_seed=2).run(200)
     assert len(set(keys(MATMUL, nni_.proposed))) == len(nni_.proposed) == 200
     failed = [c for c, v in tuner.history() if v is None]
     assert any(c["vec"] == 4 for c in failed) and any(c["unroll"] == 512 for c in failed)
@@ -371,6 +294,7 @@ def test_import_data_alone_prevents_reproposals() -> None:
     ({"mutate_rate": -0.1}, "mutate_rate"),
     ({"mutate_rate": "0.5"}, "mutate_rate"),
     ({"seed": "7"}, "seed"),
+    *h.BAD_WARM_ARGS,
 ])
 def test_bad_class_args(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):

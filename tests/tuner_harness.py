@@ -7,17 +7,23 @@ that start from random samples or walk on from failures used to waste their budg
 """
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import math
 import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import nni
 import pytest
 
+from trial.measure import MeasureResult
+from trial.records import Records
+from trial.workload import parse
 from tuners.base import CHECKPOINT_ENV, RequestQueued, SpaceTuner, parse_metric
 from tuners.space import Config, SearchSpace
 
@@ -195,6 +201,17 @@ def runs(cls: type[SpaceTuner], space: dict, f: Callable[[Config], Any], budget:
     return out
 
 
+def assert_beats_random(cls: type[SpaceTuner], space: dict, f: Callable[[Config], float], factor: float,
+                        optimize_mode: str = "maximize", seeds: range = range(5), budget: int = 150) -> None:
+    """Over the seeds, `cls`'s mean best beats that of random search `factor`-fold, maximizing `f` or 1 / `f`."""
+    maximize = optimize_mode == "maximize"
+    metric, pick = (f, max) if maximize else ((lambda c: 1.0 / f(c)), min)
+    done = runs(cls, space, lambda c: ok(metric(c)), budget, seeds, optimize_mode=optimize_mode)
+    tuned = statistics.mean(pick(run.values) for run in done)
+    rand = statistics.mean(random_search_best(space, s, budget, metric, pick) for s in seeds)
+    assert tuned > factor * rand if maximize else tuned < rand / factor, (tuned, rand)
+
+
 def failing(f: Callable[[Config], float], crash: Callable[[Config], bool]) -> Callable[[Config], Any]:
     """`f` with failures: vec 4 fails to compile yet claims a huge metric, and `crash` configs report nothing."""
     def measured(config: Config) -> Any:
@@ -246,7 +263,6 @@ def fits(config: Config) -> bool:
 
 
 _MM_SPACE = SearchSpace.from_json(MM)
-assert fits(PEAK)
 
 
 def constrained(config: Config) -> dict:
@@ -272,6 +288,13 @@ class Benchmark:
                 f"({self.best / self.random_best:.1f}x)")
 
 
+def assert_valid_and_better(cls: type[SpaceTuner], factor: float, seeds: range = range(6)) -> None:
+    """On the constrained objective most trials after the first ones are valid and the best beats random's."""
+    result = benchmark(cls, seeds)
+    assert result.valid_after > 0.6, result
+    assert result.best > factor * result.random_best, result
+
+
 def benchmark(cls: type[SpaceTuner], seeds: range, budget: int = 128, concurrency: int = 8, skip: int = 20,
               **kwargs: Any) -> Benchmark:
     """`cls` on the constrained objective: how often its trials after the first `skip` are valid, and its best."""
@@ -280,3 +303,85 @@ def benchmark(cls: type[SpaceTuner], seeds: range, budget: int = 128, concurrenc
     later = [outcome is not None for run in done for outcome in run.outcomes[skip:]]
     return Benchmark(sum(later) / len(later), statistics.mean(max(run.values, default=0.0) for run in done),
                      statistics.mean(constrained_random_best(s, budget) for s in seeds))
+
+
+# ---- warm start from the records store ------------------------------------------------------------------
+
+WORKLOAD, DEVICE = "mm/N512K1024M1024", "NVIDIA H100 80GB HBM3"
+"""The workload whose space is `MM`, and the device its records are said to come from."""
+SECOND = {"K": [128, 4, 2], "X": [8, 1, 16, 4], "Y": [8, 2, 16, 4], "unroll": 64, "vec": 2}
+"""Another valid configuration, recorded slower than `PEAK`."""
+
+
+_TRIAL_IDS = itertools.count()
+
+
+def record(path: Path, config: Any, gflops: float, device: str = DEVICE, status: str = "ok",
+           workload: str = WORKLOAD) -> None:
+    """Add a measurement of `config` to the store at `path`, as an earlier experiment's trial."""
+    op, spec = workload.split("/")
+    Records(path).append(parse(op, spec), MeasureResult(status, params=config, gflops=gflops, device=device),
+                         experiment="earlier", trial=str(next(_TRIAL_IDS)))
+
+
+def recorded_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A records store ($OPEVO_RECORDS) where `PEAK` then `SECOND` are the best fitting records on `DEVICE`.
+
+    Faster records that must not be used: on another device, failed, of another workload, outside `MM`.
+    """
+    path = tmp_path / "records.sqlite"
+    monkeypatch.setenv("OPEVO_RECORDS", str(path))
+    record(path, SECOND, 9000.0)
+    record(path, PEAK, 12000.0)
+    record(path, PEAK, 11000.0)  # measured twice: proposed once
+    record(path, SECOND, 30000.0, device="AMD Instinct MI250X")
+    record(path, {**SECOND, "vec": 1}, 50000.0, status="wrong_result")
+    record(path, {**SECOND, "vec": 1}, 40000.0, workload="mm/N512K1024M1024PNT")
+    record(path, {**PEAK, "K": [1024, 1, 1, 1]}, 20000.0)
+    return path
+
+
+def warm_tuner(cls: type[SpaceTuner], **kwargs: Any) -> Any:
+    """`cls` warm-started from the store $OPEVO_RECORDS names, for `WORKLOAD` on `DEVICE`, over `MM`."""
+    return make_tuner(cls, MM, warm_start=True, workload=WORKLOAD, device=DEVICE, seed=0, **kwargs)
+
+
+def assert_warm_start(cls: type[SpaceTuner], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                      caplog: pytest.LogCaptureFixture) -> None:
+    """The recorded best come first, best first; not without warm_start; a missing or broken store starts cold."""
+    path = recorded_store(tmp_path, monkeypatch)
+    tuner = warm_tuner(cls)
+    assert tuner.warm_configs == [PEAK, SECOND]
+    first = tuner.generate_multiple_parameters([0, 1, 2])
+    assert first[:2] == [PEAK, SECOND] and first[2] not in (PEAK, SECOND)
+
+    cold = make_tuner(cls, MM, workload=WORKLOAD, device=DEVICE, seed=0)
+    assert cold.warm_configs == [] and PEAK not in cold.generate_multiple_parameters(list(range(8)))
+
+    monkeypatch.setenv("OPEVO_RECORDS", str(tmp_path / "missing.sqlite"))
+    with caplog.at_level(logging.INFO, logger="tuners.base"):
+        assert warm_tuner(cls).warm_configs == []
+    assert "no records store" in caplog.text and not (tmp_path / "missing.sqlite").exists()
+
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"not a database" * 100)
+    monkeypatch.setenv("OPEVO_RECORDS", str(broken))
+    with caplog.at_level(logging.WARNING, logger="tuners.base"):
+        tuner = warm_tuner(cls)
+    assert tuner.warm_configs == [] and "cannot read the records" in caplog.text
+    assert len(tuner.generate_multiple_parameters([0, 1])) == 2
+
+    monkeypatch.setenv("OPEVO_RECORDS", str(path))
+    assert make_tuner(cls, MM, warm_start=True, workload=WORKLOAD, device="another GPU").warm_configs == []
+
+
+BAD_WARM_ARGS = [
+    ({"warm_start": "yes", "workload": WORKLOAD}, "warm_start"),
+    ({"warm_start": True}, "workload"),
+    ({"warm_start": True, "workload": "N512K1024M1024"}, "workload"),
+    ({"warm_start": True, "workload": "mm/N512"}, "workload"),
+    ({"workload": 7}, "workload"),
+    ({"warm_start": True, "workload": WORKLOAD, "device": ""}, "device"),
+    ({"warm_start": True, "workload": WORKLOAD, "warm_size": 0}, "warm_size"),
+]
+"""Warm-start classArgs every tuner rejects in __init__, with the name the ValueError must give."""

@@ -1,10 +1,11 @@
 """python -m trial.space <op> <spec>: write an experiment folder for a workload.
 
 experiments/<op>/<spec>/ gets search_space.json (the template's knobs) and one NNI v2 config per
-suite tuner (config_opevo.yml, config_gbfs.yml, config_na2c.yml), plus search_space_twin.json (the
-same space in NNI's standard types, see tuners/space/twin.py) and configs for NNI's built-in
-TPE, Random and Evolution tuners over it, for fair comparisons.  Paths in the configs are relative
-to the config file, so `nnictl create --config .../config_opevo.yml` works from any folder.
+suite tuner (config_opevo.yml, config_gbfs.yml, config_na2c.yml, which warm-start from the records:
+see tuners/base.py), plus search_space_twin.json (the same space in NNI's standard types, see
+tuners/space/twin.py) and configs for NNI's built-in TPE, Random and Evolution tuners over it, for
+fair comparisons.  Paths in the configs are relative to the config file, so
+`nnictl create --config .../config_opevo.yml` works from any folder.
 """
 from __future__ import annotations
 
@@ -52,7 +53,11 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
     """The NNI v2 config of `tuner` for `wl`, with paths relative to the folder `out`."""
     code = os.path.relpath(ROOT, out)
     builtin = tuner in BUILTIN_TUNERS
-    algo = BUILTIN_TUNERS[tuner] if builtin else TUNERS[tuner]
+    if builtin:
+        algo = BUILTIN_TUNERS[tuner]
+    else:
+        class_args = {**TUNERS[tuner]["classArgs"], "warm_start": True, "workload": wl.name}
+        algo = {**TUNERS[tuner], "classArgs": class_args}
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",
         "searchSpaceFile": "search_space_twin.json" if builtin else "search_space.json",

@@ -13,6 +13,11 @@ into the NNI 3.0 tuner protocol, whose pitfalls it handles once for every algori
   thread, so all state is guarded by one lock.
 * NNI 3.0 never calls `save_checkpoint`, so the state is written to `NNI_CHECKPOINT_DIRECTORY` after
   every change and read back by `update_search_space`; `import_data` feeds in earlier results on resume.
+
+Warm start (classArg `warm_start`): the best verified configurations of the workload on this device in
+the records store (`trial.records`) are proposed before anything the algorithm proposes, best first.
+They are measured again rather than trusted, since the kernel, the device's state or the trial may have
+changed since, and the algorithm then builds on their results like on any others.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ import logging
 import math
 import os
 import random
+import sqlite3
+import subprocess
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -57,6 +64,17 @@ class _Entry:
     value: float | None = None
 
 
+def _workload_key(workload: Any) -> str:
+    """The records' key of the workload classArg 'op/spec'; a ValueError that says what is wrong."""
+    from trial.workload import SpecError, parse
+
+    op, _, spec = workload.partition("/") if isinstance(workload, str) else ("", "", "")
+    try:
+        return parse(op, spec).key
+    except SpecError as err:
+        raise ValueError(f"workload must be op/spec, e.g. mm/N512K1024M1024, got {workload!r}: {err}") from None
+
+
 def positive_int(name: str, value: Any) -> int:
     """`value` if it is a positive int (not a bool); else a ValueError naming the classArg `name`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -85,22 +103,46 @@ class SpaceTuner(Tuner):
     Subclasses implement `propose()`, called with the lock held, returning a configuration not yet seen
     (measured or in flight) or None to have the request wait until the next result. The base raises
     `nni.NoMoreTrialError` once every configuration of the space has been seen.
+
+    classArgs every subclass takes:
+        optimize_mode: 'maximize' (e.g. GFLOPS, the default) or 'minimize' (e.g. seconds).
+        seed: seed of the tuner's random generator, for reproducible runs (None).
+        warm_start: propose the best recorded configurations first (False).
+        workload: op/spec of the tuned operator, e.g. 'mm/N512K1024M1024', whose records warm start
+            reads; required with warm_start.
+        device: the device name the records must have been measured on (default: the device trials use
+            on this machine, of the target $OPEVO_TARGET, else auto).
+        warm_size: how many of the best recorded configurations are proposed (8).
     """
 
-    def __init__(self, optimize_mode: str = "maximize", seed: int | None = None) -> None:
+    def __init__(self, optimize_mode: str = "maximize", seed: int | None = None, warm_start: bool = False,
+                 workload: str | None = None, device: str | None = None, warm_size: int = 8) -> None:
         super().__init__()
         if optimize_mode not in ("maximize", "minimize"):
             raise ValueError(f"optimize_mode must be 'maximize' or 'minimize', got {optimize_mode!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an integer or null, got {seed!r}")
+        if not isinstance(warm_start, bool):
+            raise ValueError(f"warm_start must be true or false, got {warm_start!r}")
+        if warm_start and workload is None:
+            raise ValueError("workload (op/spec, e.g. mm/N512K1024M1024) is required when warm_start is true")
+        if device is not None and (not isinstance(device, str) or not device):
+            raise ValueError(f"device must be a device name as the records hold it, or null, got {device!r}")
         self.optimize_mode = optimize_mode
         self.rng = random.Random(seed)
+        self.warm_start = warm_start
+        self.workload_key = None if workload is None else _workload_key(workload)
+        self.device = device
+        self.warm_size = positive_int("warm_size", warm_size)
+        self.warm_configs: list[Config] = []
+        """The recorded configurations warm start proposes, best first (empty when it starts cold)."""
         self.space: SearchSpace | None = None
         self._lock = threading.RLock()
         self._entries: dict[Hashable, _Entry] = {}
         self._issued: dict[int, Hashable] = {}
         self._pending: dict[int, Hashable] = {}
         self._queue: deque[int] = deque()
+        self._warm: deque[Config] = deque()
         self._callback: Callable[[int, Config], None] | None = None
         self._dirty = False
         directory = os.environ.get(CHECKPOINT_ENV)
@@ -197,9 +239,13 @@ class SpaceTuner(Tuner):
         """Build the space; on the first call also restore the state a previous run of this experiment saved.
 
         On a later call (nnictl update searchspace) measurements that no longer fit the space are dropped.
+        With warm start, the best recorded configurations that fit the space are queued to be proposed first.
         """
         space = SearchSpace.from_json(search_space)
+        warm = self._recorded_best(space) if self.warm_start else []
         with self._lock:
+            self.warm_configs = warm
+            self._warm = deque(copy.deepcopy(warm))
             restoring = self.space is None
             entries = self._load_state() if restoring else list(self._entries.values())
             issued = {pid: self._entries[key].config for pid, key in self._issued.items()}
@@ -347,7 +393,7 @@ class SpaceTuner(Tuner):
                 _logger.info("search space exhausted; %d requests dropped", len(self._queue))
                 self._queue.clear()
                 break
-            config = self.propose()
+            config = self._next_warm() or self.propose()
             if config is None:
                 break
             key = self.space.key(config)
@@ -359,6 +405,15 @@ class SpaceTuner(Tuner):
             self._dirty = True
             ready.append((pid, copy.deepcopy(config)))
         return ready
+
+    def _next_warm(self) -> Config | None:
+        """The best queued warm-start configuration not seen yet (a resumed run measured some already)."""
+        assert self.space is not None
+        while self._warm:
+            config = self._warm.popleft()
+            if not self.is_seen(config):
+                return config
+        return None
 
     def _send(self, ready: list[tuple[int, Config]]) -> None:
         """Deliver answers to earlier requests through NNI's st_callback (outside the lock)."""
@@ -404,3 +459,34 @@ class SpaceTuner(Tuner):
             return []
         _logger.info("restored %d configurations from %s", len(entries), self.state_path)
         return entries
+
+    def _recorded_best(self, space: SearchSpace) -> list[Config]:
+        """The best verified configurations of the workload on the device that fit `space`, best first.
+
+        Empty, with the reason logged, when the store is missing, unreadable or holds none: the run then
+        starts cold. The device is asked of a child process only when the workload has records at all.
+        """
+        from trial.records import Records, default_path
+
+        path = default_path()
+        if not path.exists():
+            _logger.info("warm start: no records store at %s; starting cold", path)
+            return []
+        try:
+            store = Records(path)
+            if not store.best(self.workload_key):
+                _logger.info("warm start: no verified record of %s in %s; starting cold", self.workload_key, path)
+                return []
+            if self.device is None:
+                from trial.tune import this_device
+
+                self.device = this_device(os.environ.get("OPEVO_TARGET", "auto"))
+            found = store.best(self.workload_key, self.device, n=self.warm_size)
+        except (sqlite3.Error, OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
+            _logger.warning("warm start: cannot read the records of %s in %s (%s); starting cold",
+                            self.workload_key, path, e)
+            return []
+        configs = [r.params for r in found if space.contains(r.params)]
+        _logger.info("warm start: %d recorded configurations of %s on %s (%d outside the search space)",
+                     len(configs), self.workload_key, self.device, len(found) - len(configs))
+        return configs

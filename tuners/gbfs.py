@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Hashable
+from typing import Any
 
 from .base import SpaceTuner, positive_int
 from .space import Config, SearchSpace
@@ -36,10 +37,13 @@ class GBFSTuner(SpaceTuner):
         optimize_mode: 'maximize' (e.g. GFLOPS, the default) or 'minimize' (e.g. seconds).
         num_samples: ρ, how many unseen neighbours one expansion proposes at most (5).
         seed: seed of the tuner's random generator, for reproducible runs (None).
+        warm_start, workload, device, warm_size: warm start from the records (see `SpaceTuner`); the
+            recorded configurations, measured again, are the first nodes expanded.
     """
 
-    def __init__(self, optimize_mode: str = "maximize", num_samples: int = 5, seed: int | None = None) -> None:
-        super().__init__(optimize_mode=optimize_mode, seed=seed)
+    def __init__(self, optimize_mode: str = "maximize", num_samples: int = 5, seed: int | None = None,
+                 **warm: Any) -> None:
+        super().__init__(optimize_mode=optimize_mode, seed=seed, **warm)
         self.num_samples = positive_int("num_samples", num_samples)
         self._graph_space: SearchSpace | None = None
         self._frontier: list[tuple[float, int, Config]] = []

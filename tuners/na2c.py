@@ -7,21 +7,29 @@ MLP, has one softmax output per move. A move that does not apply at a state, or 
 configuration already seen (measured or in flight), is masked out, so a walker samples among its unseen
 neighbours in proportion to the policy (with probability ε uniformly instead). Configurations therefore
 stay integral: they are produced by the moves, never by rounding network outputs. A walker whose
-neighbours were all seen jumps to a random unseen configuration. Walkers start at random configurations
-and, after `n_steps` moves, restart from the best configuration measured so far. A move found (by the
-walker's next turn) to have made things worse is undone before the next move, so walks climb instead of
-drifting; that rejection is part of the environment the critic models (its next state is then s again).
+neighbours were all seen jumps to a random unseen configuration. A move found (by the walker's next
+turn) to have made things worse is undone before the next move, so walks climb instead of drifting.
+
+Walkers start at random configurations (with warm start, see `tuners.base`, at the recorded ones) and,
+after `n_steps` moves, restart from the best configuration measured so far. Deviation from the paper:
+a walker never walks on from a configuration whose trial failed. It goes back to where it came from if
+that succeeded, else restarts early, from the best success (from a random unseen configuration while
+nothing has succeeded). Most of a GPU kernel's factor space is beyond the device's limits and the
+neighbours of an invalid configuration are mostly invalid too, so walkers that started at random kept
+walking among failures and spent the whole budget on invalid trials.
 
 Walkers do not wait for results: the next state is known as soon as a move is proposed, and the
 transition s -> s' is learned from once both ends have been measured. Its reward is q(s') − q(s), where
 q is the quantile of the metric (oriented by `optimize_mode`) among all successful measurements, scaled
 to [-1, 1], and `FAILURE_QUALITY` for a failed trial. Ranks make the reward scale-free and robust to the
 heavy tails of run times; the difference is the improvement a move brings, so the actor learns which
-moves help from where, not merely which regions are good. The critic V is fitted to
-the one-step target y = r + GAMMA·V(s'), and the actor ascends A·∇log π(a|s) with the advantage
-A = y − V(s) held constant. Both networks are numpy MLPs with hand-written gradients, trained by Adam one
-transition at a time. The networks and walkers are not checkpointed: on resume they start afresh, with
-the restored measurements marked seen and counted in the ranks.
+moves help from where, not merely which regions are good. The critic V is fitted to the one-step target
+y = r + GAMMA·V(next), and the actor ascends A·∇log π(a|s) with the advantage A = y − V(s) held
+constant. The next state is the one the walker goes on from: s' after a move that did not make things
+worse, s after one that did (it is undone); after a move from a failure into a failure the walker
+restarts elsewhere, so the walk ends there and y = r. Both networks are numpy MLPs with hand-written
+gradients, trained by Adam one transition at a time. The networks and walkers are not checkpointed: on
+resume they start afresh, with the restored measurements marked seen and counted in the ranks.
 """
 from __future__ import annotations
 
@@ -165,13 +173,14 @@ class Adam:
 
 
 def a2c_update(actor: MLP, critic: MLP, actor_opt: Adam, critic_opt: Adam, x: np.ndarray, mask: np.ndarray,
-               action: int, reward: float, x_next: np.ndarray) -> float:
+               action: int, reward: float, x_next: np.ndarray | None) -> float:
     """One advantage actor-critic step on the transition (x, action, reward, x_next); returns the advantage.
 
-    The target r + GAMMA·V(x_next) and the advantage are plain numbers, so no gradient flows through them:
-    the critic descends ½(V(x) − target)² and the actor ascends advantage·log π(action|x).
+    The target r + GAMMA·V(x_next) (just r when the walk ended, x_next None) and the advantage are plain
+    numbers, so no gradient flows through them: the critic descends ½(V(x) − target)² and the actor
+    ascends advantage·log π(action|x).
     """
-    target = reward + GAMMA * float(critic.forward(x_next)[0][0])
+    target = reward + (0.0 if x_next is None else GAMMA * float(critic.forward(x_next)[0][0]))
     value, critic_grads = value_grad(critic, x, target)
     advantage = target - value
     _, actor_grads = log_prob_grad(actor, x, mask, action)
@@ -230,11 +239,14 @@ class NA2CTuner(SpaceTuner):
         lr: Adam step size of both networks (0.01).
         epsilon: probability of a uniformly random move instead of one drawn from the policy (0.1).
         seed: seed of the tuner's random generators, for reproducible runs (None).
+        warm_start, workload, device, warm_size: warm start from the records (see `SpaceTuner`); the
+            walkers' first episodes start at the recorded configurations.
     """
 
     def __init__(self, optimize_mode: str = "maximize", n_states: int = 8, n_steps: int = 16,
-                 hidden_size: int = 64, lr: float = 0.01, epsilon: float = 0.1, seed: int | None = None) -> None:
-        super().__init__(optimize_mode=optimize_mode, seed=seed)
+                 hidden_size: int = 64, lr: float = 0.01, epsilon: float = 0.1, seed: int | None = None,
+                 **warm: Any) -> None:
+        super().__init__(optimize_mode=optimize_mode, seed=seed, **warm)
         self.n_states = positive_int("n_states", n_states)
         self.n_steps = positive_int("n_steps", n_steps)
         self.hidden_size = positive_int("hidden_size", hidden_size)
@@ -251,6 +263,7 @@ class NA2CTuner(SpaceTuner):
         self._actor_opt: Adam | None = None
         self._critic_opt: Adam | None = None
         self._walkers: list[_Walker] = []
+        self._starts: list[Config] = []
         self._turn = 0
         self._transitions: dict[Hashable, _Transition] = {}
         self._waiting: dict[Hashable, list[_Transition]] = {}
@@ -258,17 +271,22 @@ class NA2CTuner(SpaceTuner):
         self._ranks = _Ranks()
 
     def propose(self) -> Config:
-        """The next walker's next move; a walker at its episode's end first restarts from the best config."""
+        """The next walker's next move, after it (re)starts if it has no state, failed, or ended its episode."""
         self._sync()
         walker = self._walkers[self._turn]
         self._turn = (self._turn + 1) % len(self._walkers)
-        if walker.state is None or walker.steps >= self.n_steps:
-            walker.steps, walker.previous = 0, None
+        if walker.state is None:
+            start = self._warm_start()
+        elif walker.steps >= self.n_steps or not self._retreat(walker):
             best = self.best()
-            if walker.state is None or best is None:
-                walker.state = self.random_unseen()
-                return walker.state
-            walker.state = best[0]
+            start = best[0] if best else None
+        else:
+            return self._step(walker)
+        walker.steps, walker.previous = 0, None
+        if start is None:
+            walker.state = self.random_unseen()
+            return walker.state
+        walker.state = start
         return self._step(walker)
 
     def observe(self, config: Config, value: float | None) -> None:
@@ -294,22 +312,45 @@ class NA2CTuner(SpaceTuner):
         return FAILURE_QUALITY if score is None else self._ranks.quality(score)
 
     def _learn(self, t: _Transition) -> None:
-        """Train both networks on t: s -> s', rewarded by the improvement q(s') − q(s)."""
+        """Train both networks on t: s -> s', rewarded by the improvement q(s') − q(s).
+
+        The next state is where the walker goes on from (see `_retreat`): s' unless the move made things
+        worse (then s), and none when both ends failed (the walker restarts elsewhere).
+        """
         assert self.actor is not None and self.critic is not None
         assert self._actor_opt is not None and self._critic_opt is not None
         reward = self._quality(t.dest) - self._quality(t.source)
-        x_after = t.x_next if reward >= 0 else t.x  # a move that made things worse is undone
+        if reward < 0:
+            x_after = t.x
+        elif self._outcomes[t.dest] is None:
+            x_after = None
+        else:
+            x_after = t.x_next
         a2c_update(self.actor, self.critic, self._actor_opt, self._critic_opt, t.x, t.mask, t.action, reward,
                    x_after)
 
-    def _step(self, walker: _Walker) -> Config:
-        """Move `walker` to an unseen neighbour drawn from the policy (or ε-uniformly); record the transition.
+    def _retreat(self, walker: _Walker) -> bool:
+        """Undo the walker's last move if it is known to have made things worse; False if it must restart.
 
-        If its last move is known by now to have made things worse, the walker first goes back.
+        A failure ranks below every success, so a failed move from a success is undone; a walker left on
+        a failure (its start, or a move from a state not measured yet) has nowhere to go on from.
         """
-        assert self.space is not None and self.actor is not None and walker.state is not None
+        assert walker.state is not None
         if walker.previous is not None and self._worse(walker.state, walker.previous):
             walker.state = walker.previous
+        return not self._failed(walker.state)
+
+    def _warm_start(self) -> Config | None:
+        """Where a walker's first walk starts: a warm-start configuration no walker took yet, else None."""
+        while self._starts:
+            config = self._starts.pop(0)
+            if not self._failed(config):
+                return config
+        return None
+
+    def _step(self, walker: _Walker) -> Config:
+        """Move `walker` to an unseen neighbour drawn from the policy (or ε-uniformly); record the transition."""
+        assert self.space is not None and self.actor is not None and walker.state is not None
         state = walker.state
         walker.steps += 1
         targets = []
@@ -332,6 +373,12 @@ class NA2CTuner(SpaceTuner):
             self.space.key(state), self.space.key(config), x, self._encode(config), mask, action)
         walker.previous, walker.state = state, config
         return config
+
+    def _failed(self, config: Config) -> bool:
+        """Whether `config` was measured and its trial failed."""
+        assert self.space is not None
+        key = self.space.key(config)
+        return key in self._outcomes and self._outcomes[key] is None
 
     def _worse(self, config: Config, than: Config) -> bool:
         """Whether both are measured and `config` ranks below `than` (a failure ranks below every success)."""
@@ -358,6 +405,7 @@ class NA2CTuner(SpaceTuner):
         self._actor_opt = Adam(self.actor.params, self.lr)
         self._critic_opt = Adam(self.critic.params, self.lr)
         self._walkers = [_Walker() for _ in range(self.n_states)]
+        self._starts = copy.deepcopy(self.warm_configs)
         self._turn = 0
         self._transitions = {}
         self._waiting = {}

@@ -4,7 +4,13 @@ Every measured configuration stays in the population. An offspring takes each pa
 drawn, with probability proportional to fitness, from the `parents_size` fittest measurements, then
 moves each parameter by a q-random walk on that parameter's neighbour graph (a factorisation shifts one
 prime factor, a discrete value steps to an adjacent one, ...), so mutations prefer nearby tile shapes.
-Until `parents_size` measurements have succeeded, configurations are sampled uniformly.
+
+Deviation from the paper, which samples the first λ individuals uniformly: breeding starts with the
+first success, the parents being all successes while there are fewer than λ (so with one, offspring are
+its mutations). Most of a GPU kernel's factor space is beyond the device's limits (threads, shared
+memory, registers), so waiting for λ successes spent most of the budget on random, mostly invalid
+samples, while short walks from a valid configuration mostly stay valid. Until the first success
+configurations are sampled uniformly (or taken from the records, see `tuners.base` on warm start).
 
 Compared with the 2020 NNI example this tuner selects correctly when minimizing, ends a finite space with
 `NoMoreTrialError`, answers waiting requests through st_callback, keeps failed trials out of the parents
@@ -15,17 +21,11 @@ from __future__ import annotations
 from numbers import Real
 from typing import Any
 
-from .base import SpaceTuner
+from .base import SpaceTuner, positive_int
 from .space import Config
 
 BREED_TRIES = 32
 """Offspring bred before falling back to the nearest unseen neighbour of the last one."""
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class OpEvoTuner(SpaceTuner):
@@ -41,13 +41,15 @@ class OpEvoTuner(SpaceTuner):
             leaves its inherited value with this probability. The paper's q (probability of stopping)
             is 1 - mutate_rate; larger rates explore, smaller rates exploit.
         seed: seed of the tuner's random generator, for reproducible runs (None).
+        warm_start, workload, device, warm_size: warm start from the records (see `SpaceTuner`); the
+            recorded configurations, measured again, become the first parents.
     """
 
     def __init__(self, optimize_mode: str = "maximize", parents_size: int = 8, offspring_size: int = 8,
-                 mutate_rate: float = 0.5, seed: int | None = None) -> None:
-        super().__init__(optimize_mode=optimize_mode, seed=seed)
-        self.parents_size = _positive_int("parents_size", parents_size)
-        self.offspring_size = _positive_int("offspring_size", offspring_size)
+                 mutate_rate: float = 0.5, seed: int | None = None, **warm: Any) -> None:
+        super().__init__(optimize_mode=optimize_mode, seed=seed, **warm)
+        self.parents_size = positive_int("parents_size", parents_size)
+        self.offspring_size = positive_int("offspring_size", offspring_size)
         if isinstance(mutate_rate, bool) or not isinstance(mutate_rate, Real) or not 0 <= mutate_rate < 1:
             raise ValueError(f"mutate_rate must be a number in [0, 1), got {mutate_rate!r}")
         self.mutate_rate = float(mutate_rate)
@@ -59,11 +61,11 @@ class OpEvoTuner(SpaceTuner):
             return ranked[:self.parents_size]
 
     def propose(self) -> Config | None:
-        """Wait while μ trials are in flight; sample until λ parents exist; then breed an unseen offspring."""
+        """Wait while μ trials are in flight; sample until a measurement succeeds; then breed an unseen offspring."""
         if self.num_pending >= self.offspring_size:
             return None
         parents = self.parents()
-        if len(parents) < self.parents_size:
+        if not parents:
             return self.random_unseen()
         configs = [config for config, _ in parents]
         weights = self._weights([value for _, value in parents])
