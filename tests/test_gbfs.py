@@ -8,7 +8,7 @@ import nni
 import pytest
 import tuner_harness as h
 from tuner_harness import BMM, CONV, MM, SPACES, FakeNNI, is_neighbour, keys, objective, ok
-from tuner_harness import ORDERED, no_checkpoint_dir  # noqa: F401 - the fixture applies here; test_twin imports ORDERED
+from tuner_harness import no_checkpoint_dir  # noqa: F401 - the autouse fixture applies to this module
 
 from tuners.gbfs import GBFSTuner
 from tuners.space import Config, SearchSpace

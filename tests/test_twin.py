@@ -15,7 +15,7 @@ from nni.algorithms.hpo.random_tuner import RandomTuner
 from nni.algorithms.hpo.tpe_tuner import TpeTuner
 from nni.common.hpo_utils import format_search_space, validate_search_space
 from nni.tuner import Tuner
-from test_gbfs import BMM, CONV, MM, ORDERED
+from tuner_harness import BMM, CONV, MM, ORDERED
 
 from tuners.space import TWIN_MAX_CHOICES, SearchSpace, SpaceError, from_twin, twin_space
 
