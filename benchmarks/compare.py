@@ -187,12 +187,17 @@ def nnictl_run(wl: Workload, tuner: str, trials: int, workers: int, port: int, r
     The end is NNI's own record of it, so how often this process polls the experiment does not count.
     """
     import requests
+    import yaml
 
     from trial import space, tune
 
-    folder = space.write(wl, root / tuner, max_trials=trials, concurrency=workers)
+    config = space.write(wl, root / tuner, max_trials=trials, concurrency=workers) / f"config_{tuner}.yml"
+    settings = yaml.safe_load(config.read_text())
+    if "warm_start" in settings["tuner"].get("classArgs", {}):
+        settings["tuner"]["classArgs"]["warm_start"] = False  # start cold, as the driver's runs do
+        config.write_text(yaml.safe_dump(settings, sort_keys=False))
     start = time.time()
-    exp_id = tune.create(folder / f"config_{tuner}.yml", port)
+    exp_id = tune.create(config, port)
     try:
         tune.wait(port, timeout_s=24 * 3600, poll_s=2)
         jobs = requests.get(f"http://127.0.0.1:{port}/api/v1/nni/trial-jobs", timeout=30).json()

@@ -3,9 +3,10 @@
 A benchmark needs many seeded runs of several tuners, in one process without NNI's manager (a Node
 server, a dispatcher process, a trial process per trial that imports NNI), while measuring exactly
 what an nnictl experiment measures.  So the tuner classes and their classArgs are the experiments'
-(`trial.space.TUNERS`, `trial.space.BUILTIN_TUNERS`), each trial is `trial.measure.measure` (its own
-child process; the device lock serialises timing per device), and `drive` plays NNI 3.0's dispatcher
-and manager (nni/runtime/msg_dispatcher.py, nni_node/core/nnimanager.js) call for call:
+(`trial.space.TUNERS`, `trial.space.BUILTIN_TUNERS`; but no warm start from the records, so that runs
+are independent), each trial is `trial.measure.measure` (its own child process; the device lock
+serialises timing per device), and `drive` plays NNI 3.0's dispatcher and manager
+(nni/runtime/msg_dispatcher.py, nni_node/core/nnimanager.js) call for call:
 
 * `update_search_space` first; then a request for `workers` parameters (the trial concurrency);
 * each request takes fresh parameter ids and calls `generate_multiple_parameters(ids, st_callback=...)`;
