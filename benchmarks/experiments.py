@@ -18,6 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from trial import space, tune
+
+from .compare import trials_to
+from .plots import best_so_far
 from trial.workload import parse
 
 
@@ -36,12 +39,10 @@ def run_one(wl, tuner: str, trials: int, concurrency: int, port: int, root: Path
     records = tune.trials(port)
     tune.nnictl("stop", exp_id, check=False)
     order = sorted(records, key=lambda r: int(r.parameter_id if r.parameter_id is not None else 1 << 30))
-    curve, best = [], 0.0
-    for r in order:
-        if r.metric and r.metric.get("status") == "ok":
-            best = max(best, r.metric["gflops"])
-        curve.append(best)
-    to95 = next((i + 1 for i, v in enumerate(curve) if v >= 0.95 * best), None) if best else None
+    curve = best_so_far([r.metric["gflops"] if r.metric and r.metric.get("status") == "ok" else 0.0
+                         for r in order])
+    best = curve[-1] if curve else 0.0
+    to95 = trials_to(0.95, curve)
     statuses: dict[str, int] = {}
     for r in records:
         s = r.metric["status"] if r.metric else f"nni:{r.status}"

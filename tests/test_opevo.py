@@ -10,19 +10,12 @@ from typing import Any
 import nni
 import pytest
 import tuner_harness as h
-from tuner_harness import FakeNNI, keys, no_checkpoint_dir, ok  # noqa: F401 - the fixture applies here too
+from tuner_harness import MATMUL, FakeNNI, keys, no_checkpoint_dir, ok  # noqa: F401 - the fixture applies here too
 
 from tuners.base import CHECKPOINT_ENV, RequestQueued, parse_metric
 from tuners.opevo import OpEvoTuner
 from tuners.space import SearchSpace, SpaceError
 
-MATMUL = {
-    "K": {"_type": "factor", "_value": [1024, 3]},
-    "X": {"_type": "factor", "_value": [512, 4]},
-    "Y": {"_type": "factor", "_value": [1024, 4]},
-    "unroll": {"_type": "discrete", "_value": [0, 16, 64, 512]},
-    "vec": {"_type": "choice", "_value": [1, 2, 4]},
-}
 TINY = h.TINY
 BEST_TILES = {"K": [32, 8, 4], "X": [8, 4, 8, 2], "Y": [4, 16, 4, 4]}
 

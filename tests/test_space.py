@@ -11,15 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tuner_harness import MATMUL
+
 from tuners.space import MAX_ENUMERATION, Choice, Discrete, Factor, Perm, SearchSpace, SpaceError
 
-MATMUL = {
-    "K": {"_type": "factor", "_value": [1024, 3]},
-    "X": {"_type": "factor", "_value": [512, 4]},
-    "Y": {"_type": "factor", "_value": [1024, 4]},
-    "unroll": {"_type": "discrete", "_value": [0, 16, 64, 512]},
-    "vec": {"_type": "choice", "_value": [1, 2, 4]},
-}
 MIXED = {
     "K": {"_type": "factor", "_value": [1024, 3]},
     "X": {"_type": "factor", "_value": [512, 4]},

@@ -27,6 +27,14 @@ from trial.workload import parse
 from tuners.base import CHECKPOINT_ENV, RequestQueued, SpaceTuner, parse_metric
 from tuners.space import Config, SearchSpace
 
+# A matmul space whose `vec` is an unordered choice, so every parameter type but perm appears.
+MATMUL = {
+    "K": {"_type": "factor", "_value": [1024, 3]},
+    "X": {"_type": "factor", "_value": [512, 4]},
+    "Y": {"_type": "factor", "_value": [1024, 4]},
+    "unroll": {"_type": "discrete", "_value": [0, 16, 64, 512]},
+    "vec": {"_type": "choice", "_value": [1, 2, 4]},
+}
 TINY = {
     "a": {"_type": "factor", "_value": [12, 2]},
     "b": {"_type": "choice", "_value": ["x", "y"]},

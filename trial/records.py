@@ -141,14 +141,16 @@ class Records:
             profile = json.loads(nni_db.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC"
                                                 " LIMIT 1").fetchone()[0])
             metrics = nni_db.execute("SELECT trialJobId, data FROM MetricData WHERE type = 'FINAL'").fetchall()
+        from .space import read_trial_command
+
         command = profile.get("trialCommand", "")
+        found = read_trial_command(command)
         if workload is None:
-            found = re.search(r"-m trial (\S+) (\S+)", command)
             if not found:
                 raise ValueError(f"cannot tell the workload from trialCommand {command!r}; name it")
-            workload = "/".join(found.groups())
+            workload = "/".join(found[:2])
         wl = parse(*workload.split("/", 1))
-        tuner_found = re.search(r"--tuner (\S+)", command)
+        tuner = found[2] if found else None
         new = 0
         for trial_id, data in metrics:
             metric = json.loads(data)
@@ -160,7 +162,7 @@ class Records:
                                    metric.get("gflops", 0.0), metric.get("latency_ms"),
                                    metric.get("latency_std_ms"), metric.get("build_s"), metric.get("target", ""),
                                    device)
-            new += self.append(wl, result, folder.name, trial_id, tuner_found.group(1) if tuner_found else None)
+            new += self.append(wl, result, folder.name, trial_id, tuner)
         return new
 
 
@@ -173,14 +175,10 @@ def _table(records: list[Record]) -> str:
     return "\n".join(lines)
 
 
-def _this_device(target: str) -> str:
-    from .target import resolve
-
-    return resolve(target).device_name
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
+    from .target import this_device
 
     p = argparse.ArgumentParser(prog="python -m trial.records", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", help="the store (default: $OPEVO_RECORDS or records/records.sqlite)")
@@ -223,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_table(store.query(key, args.device, args.status, limit=args.limit)))
         return 0
     wl = parse(*args.workload.split("/", 1))
-    device = None if args.device == "any" else (args.device or _this_device(args.target))
+    device = None if args.device == "any" else (args.device or this_device(args.target))
     found = store.best(wl.key, device, n=args.n if args.command == "best" else 1)
     if not found:
         print(f"no verified record of {wl.key} on {device or 'any device'} in {store.path}")

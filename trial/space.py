@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,20 @@ BUILTIN_TUNERS: dict[str, dict[str, Any]] = {  # NNI's tuners, over the twin spa
 }
 
 
+_COMMAND = re.compile(r"-m trial (?P<op>\S+) (?P<spec>\S+)(?: --tuner (?P<tuner>\S+))?")
+
+
+def trial_command(wl: Workload, tuner: str) -> str:
+    """The experiment's trialCommand; `read_trial_command` reads it back (records import, make tune)."""
+    return f"python3 -m trial {wl.op} {wl.spec} --tuner {tuner}"
+
+
+def read_trial_command(command: str) -> tuple[str, str, str | None] | None:
+    """(op, spec, tuner or None) of a suite trialCommand, or None for another command."""
+    found = _COMMAND.search(command)
+    return (found["op"], found["spec"], found["tuner"]) if found else None
+
+
 def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
     return root / wl.op / wl.spec
 
@@ -61,7 +76,7 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",
         "searchSpaceFile": "search_space_twin.json" if builtin else "search_space.json",
-        "trialCommand": f"python3 -m trial {wl.op} {wl.spec} --tuner {tuner}",
+        "trialCommand": trial_command(wl, tuner),
         "trialCodeDirectory": code,
         "trialConcurrency": concurrency,
         "maxTrialNumber": max_trials,

@@ -147,6 +147,16 @@ def load(kind: str) -> Target | None:
     return Target(d["kind"], d["target"], d["device_name"], d["num_devices"], limits)
 
 
+def this_device(kind: str = "auto") -> str:
+    """The device a trial would use here, asked of a child process so the caller holds no GPU context."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "trial.target", kind], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    return json.loads(out)["device_name"]
+
+
 if __name__ == "__main__":
     # python -m trial.target [kind]: what a trial would run on here, as JSON (used by tools that must
     # not hold a GPU context themselves).

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ import requests
 from nni.experiment.config import ExperimentConfig
 
 from .records import Record, Records
+from .space import read_trial_command
+from .target import this_device
 from .workload import parse
 
 FINISHED = ("DONE", "ERROR", "STOPPED")
@@ -114,20 +115,12 @@ def _print_progress(state: str, records: list[TrialRecord]) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {state}: {len(done)} trials measured {counts}, {figure}", flush=True)
 
 
-def this_device(kind: str) -> str:
-    """The device a trial would use here, asked of a child process so this one holds no GPU context."""
-    out = subprocess.run([sys.executable, "-m", "trial.target", kind], capture_output=True, text=True,
-                         check=True, timeout=120).stdout
-    return json.loads(out)["device_name"]
-
-
 def tuned_before(config: Path) -> Record | None:
     """The best recorded verified kernel of the config's workload on this machine's device, if any."""
-    command = ExperimentConfig.load(config).trial_command
-    found = re.search(r"-m trial (\S+) (\S+)", command)
+    found = read_trial_command(ExperimentConfig.load(config).trial_command)
     if not found:
         return None
-    wl = parse(*found.groups())
+    wl = parse(*found[:2])
     best_found = Records().best(wl.key, this_device(os.environ.get("OPEVO_TARGET", "auto")))
     return best_found[0] if best_found else None
 
