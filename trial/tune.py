@@ -52,8 +52,12 @@ def _env() -> dict[str, str]:
 
 
 def nnictl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nni.tools.nnictl.nnictl", *args], env=_env(),
-                          capture_output=True, text=True, check=check, timeout=300)
+    """Run nnictl with this interpreter; with `check`, a failure raises with nnictl's own words."""
+    done = subprocess.run([sys.executable, "-m", "nni.tools.nnictl.nnictl", *args], env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    if check and done.returncode:
+        raise RuntimeError(f"nnictl {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return done
 
 
 def create(config: Path, port: int) -> str:
