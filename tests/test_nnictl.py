@@ -1,5 +1,6 @@
 """End to end: `nnictl create` on a tiny CPU experiment with OpEvo, then `nnictl stop` + `nnictl resume`."""
 import json
+import time
 
 import pytest
 from nni_experiment import free_port, running, write_config
@@ -49,6 +50,14 @@ def check_records(records, exp_id, tmp_path):
     assert best.gflops == max(r.metric["gflops"] for r in records) and best.tuner == "opevo"
 
 
+def wait_for_more_trials(port, seen, timeout_s=120):
+    """A resumed experiment reports DONE until NNI's manager loop (a few seconds) sees the raised budget."""
+    deadline = time.monotonic() + timeout_s
+    while tune.status(port) == "DONE" and len(tune.trials(port)) <= seen:
+        assert time.monotonic() < deadline, "the raised trial budget was never picked up"
+        time.sleep(1)
+
+
 def test_create_runs_to_done_then_resume_continues(tmp_path):
     config = write_config(tmp_path, "mm/N64K64M64", "opevo", trials=8, seed=1)
     port = free_port()
@@ -65,6 +74,7 @@ def test_create_runs_to_done_then_resume_continues(tmp_path):
         tune.nnictl("stop", exp_id)
         tune.nnictl("resume", exp_id, "--port", str(port))
         tune.nnictl("update", "trialnum", exp_id, "--value", "14")
+        wait_for_more_trials(port, len(first))
         assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE"
         both = tune.trials(port)
     assert len(both) == 14
