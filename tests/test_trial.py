@@ -1,5 +1,7 @@
 """The measure path on the CPU: every op and layout verifies; each kind of failure gets its status."""
+import dataclasses
 import random
+import re
 
 import pytest
 
@@ -78,6 +80,49 @@ def test_gpu_schedules_lower_to_cuda(op, spec):
     lib = build.build(wl, template, params, GPU)
     source = lib.mod.imports[0].inspect_source()
     assert "__global__" in source and "__shared__" in source
+
+
+@pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024"), ("conv", "N512C64HW27F192K5ST1PD2")])
+def test_pipelined_shared_stages(op, spec):
+    """pipeline 1 double-buffers the shared tiles; 2 fills them with cp.async, only where the GPU has it."""
+    wl = parse(op, spec)
+    template = templates.load(op)
+    sources, shared = {}, {}
+    for depth in (0, 1, 2):
+        params = {**template.default_params(wl, True), "pipeline": depth}
+        check.check(wl, template, params, GPU)
+        sources[depth] = build.build(wl, template, params, GPU).mod.imports[0].inspect_source()
+        shared[depth] = template.resources(wl, params)["shared_bytes"]
+    declared = {d: declared_shared_bytes(src) for d, src in sources.items()}
+    assert declared == shared and shared[1] == shared[2] == 2 * shared[0]
+    assert "cp.async" in sources[2] and "cp.async" not in sources[1] and "cp.async" not in sources[0]
+    turing = dataclasses.replace(GPU, target={"kind": "cuda", "arch": "sm_75"})
+    params = {**template.default_params(wl, True), "pipeline": 2}
+    with pytest.raises(check.InvalidConfig, match="cp.async"):
+        check.check(wl, template, params, turing)
+    check.check(wl, template, {**params, "pipeline": 1}, turing)
+
+
+def declared_shared_bytes(source):
+    return sum(int(n) for n in re.findall(r"__shared__ [^;]*\[(\d+)\];", source)) * 4
+
+
+@pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024PTN"), ("bmm", "B960N128K64M128PNT"),
+                                     ("conv", "N512C3HW227F64K11ST4PD0"), ("conv", "N512C64HW27F192K5ST1PD2")])
+def test_shared_memory_estimate_matches_the_kernel(op, spec):
+    """The parent rejects knobs on `resources()` alone, so it must be what the lowered kernel allocates."""
+    wl = parse(op, spec)
+    template = templates.load(op)
+    space, rng, built = SearchSpace.from_json(template.search_space(wl)), random.Random(3), 0
+    while built < 4:
+        params = space.sample(rng)
+        try:
+            check.check(wl, template, params, GPU)
+        except check.InvalidConfig:
+            continue
+        source = build.build(wl, template, params, GPU).mod.imports[0].inspect_source()
+        assert declared_shared_bytes(source) == template.resources(wl, params)["shared_bytes"], params
+        built += 1
 
 
 @pytest.mark.parametrize("template,options,status,reason", [

@@ -10,5 +10,11 @@ from .workload import Workload
 
 
 def build(wl: Workload, template: Any, params: dict[str, Any], target: Target) -> Any:
-    """Schedule and compile to a tvm.runtime.Executable; TVM errors propagate (compile errors)."""
-    return tvm.compile(template.schedule(wl, params, target.is_gpu), target=target.target)
+    """Schedule and compile to a tvm.runtime.Executable; TVM errors propagate (compile errors).
+
+    Asynchronous copies are lowered only where the target has them; schedules that ask for none are
+    unaffected by the setting.
+    """
+    mod = template.schedule(wl, params, target.is_gpu)
+    with tvm.transform.PassContext(config={"tirx.use_async_copy": target.async_copy}):
+        return tvm.compile(mod, target=target.target)

@@ -26,6 +26,8 @@ def check(wl: Workload, template: Any, params: dict[str, Any], target: Target) -
     if not target.is_gpu:
         return
     lim, use = target.limits, template.resources(wl, params)
+    if use.get("async_copy") and not target.async_copy:
+        raise InvalidConfig(f"asynchronous copies (cp.async) need CUDA sm_80 or newer, not {target.device_name}")
     if use["threads"] > lim.max_threads_per_block:
         raise InvalidConfig(f"{use['threads']} threads per block > device limit {lim.max_threads_per_block}")
     for axis, n, most in zip("xyz", use["thread_dims"], lim.max_thread_dims):

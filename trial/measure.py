@@ -7,6 +7,9 @@ Knobs outside the space or beyond the device's limits (as an earlier child on th
 recorded them, see target.save) are rejected before any child starts: on a GPU machine starting
 one costs seconds, and most of a factor space is invalid.
 Statuses: ok, invalid, compile_error, runtime_error, timeout, wrong_result.
+Children fork from a server process that imported TVM once (multiprocessing's forkserver), so a process
+that measures many configurations (the benchmark driver) pays TVM's import once, not per trial, while
+each measurement still runs, and may crash or hang, in a process of its own.
 The nnictl trial and the benchmarks share this one path.  Where the time of a measurement went is
 kept in `MeasureResult.extra["stages"]` (see `STAGES`).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -30,6 +34,7 @@ call; a stage the measurement never reached is missing."""
 _STAGE_AFTER = {"start": "startup", "imported": "setup", "target": "build", "built": "lock_wait",
                 "running": "run", "result": "exit"}
 _REASON_CHARS = 600
+_PRELOAD = ["tvm", "trial.build", "trial.run", "trial.templates.matmul", "trial.templates.conv2d"]
 
 
 @dataclass(frozen=True)
@@ -80,8 +85,12 @@ def _reason(err: BaseException) -> str:
     return text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS - 3] + "..."
 
 
-def _child(conn, op: str, spec: str, params: dict[str, Any] | None, options: Options) -> None:
+def _child(conn, env: dict[str, str], cwd: str, op: str, spec: str, params: dict[str, Any] | None,
+           options: Options) -> None:
     os.dup2(2, 1)  # keep the parent's stdout for its one JSON line
+    os.environ.clear()  # the fork server's environment and folder are those of when it started
+    os.environ.update(env)
+    os.chdir(cwd)
     from tuners.space import from_twin
 
     from . import build, check, devicelock, run, templates
@@ -161,14 +170,24 @@ def _precheck(wl: Workload, params: dict[str, Any] | None, options: Options) -> 
     return None
 
 
+def _main_module() -> list[str]:
+    """The module run by `python -m name`, which each child runs again before measuring: the server
+    imports it first so that the child finds its imports done.  `pkg.__main__` modules are not run
+    again (nor imported here: importing one runs its program)."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return [spec.name] if spec and not spec.name.endswith("__main__") else []
+
+
 def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Options()) -> MeasureResult:
     """Measure `params` (None: the template's hand-picked config) for `wl`; never raises for a bad config."""
     rejected = _precheck(wl, params, options)
     if rejected:
         return rejected
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD + _main_module())
     receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(sender, wl.op, wl.spec, params, options), daemon=True)
+    proc = ctx.Process(target=_child, args=(sender, dict(os.environ), os.getcwd(), wl.op, wl.spec, params, options),
+                       daemon=True)
     proc.start()
     sender.close()
     result = MeasureResult("runtime_error", params=params)

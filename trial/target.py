@@ -48,6 +48,11 @@ class Target:
     def is_gpu(self) -> bool:
         return self.kind in ("cuda", "rocm")
 
+    @property
+    def async_copy(self) -> bool:
+        """Whether kernels can copy global to shared memory asynchronously (cp.async: CUDA sm_80+)."""
+        return self.kind == "cuda" and int(self.target["arch"].removeprefix("sm_").rstrip("a")) >= 80
+
     def device(self, index: int = 0) -> Any:
         import tvm
 

@@ -6,7 +6,8 @@ A template module provides
   prim_func(wl) -> PrimFunc             the computation (te compute -> create_prim_func)
   schedule(wl, params, gpu) -> IRModule the scheduled kernel for a GPU or the CPU
   resources(wl, params) -> dict         threads, thread_dims (x, y, z), shared_bytes,
-                                        registers_per_thread of one GPU thread block
+                                        registers_per_thread of one GPU thread block, and
+                                        async_copy if it needs cp.async
 Templates import TVM only inside prim_func and schedule, so knob checks stay cheap.
 """
 from __future__ import annotations

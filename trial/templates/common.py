@@ -48,6 +48,24 @@ def cooperative_fetch(sch: s_tir.Schedule, block, depth: int, threads: list[tupl
         sch.vectorize(parts[-1])
 
 
+PIPELINE_DEPTHS = [0, 1, 2]
+
+
+def pipeline(sch: s_tir.Schedule, loop, depth: int) -> None:
+    """Double-buffer the shared-memory copies at the top of `loop`'s body (0 leaves them single).
+
+    The body must be the two copy blocks followed by the compute that reads them.  TVM's software
+    pipelining issues iteration i+1's copies before iteration i's compute, so global-memory latency
+    hides behind arithmetic; depth 2 makes the copies asynchronous (cp.async), which also skips the
+    round trip through registers.
+    """
+    if depth:
+        sch.annotate(loop, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(loop, "software_pipeline_order", [0, 1, 2])
+        if depth == 2:
+            sch.annotate(loop, "software_pipeline_async_stages", [0])
+
+
 def prod(values) -> int:
     out = 1
     for v in values:

@@ -1,17 +1,21 @@
 """Direct NCHW conv2d: out[n, f, y, x] = sum_{rc, ry, rx} pad(data)[n, rc, y*S + ry, x*S + rx] * w[f, rc, ry, rx].
 
-Knobs (those of the original OpEvo study):
+Knobs (those of the original OpEvo study, plus `pipeline`):
   tile_f, tile_y, tile_x     factor [F | OH | OW, 4]  output filters / rows / columns: block,
                              virtual thread, thread, inner
   tile_rc, tile_ry, tile_rx  factor [C | K | K, 2]    reduction over channels / kernel rows /
                              kernel columns: outer (shared-memory stage), inner
   auto_unroll_max_step       discrete [0, 125, 256]   auto-unroll budget (0 = off)
   unroll_explicit            choice [0, 1]            unroll in TIR (1) or leave it to the compiler (0)
+  pipeline                   discrete [0, 1, 2]       shared-memory stage: single buffer, double buffer,
+                                                      double buffer filled by cp.async (CUDA sm_80+)
 
-GPU: each thread block owns a tile of the output; per (rc, ry, rx) outer step it stages the input
+GPU: each thread block owns a tile of the output; per (rc, ry, rx) outer step (one fused loop, so
+the stages can be pipelined across all of them) it stages the input
 window and the filter slice it needs in shared memory (padding folded into the load) and each thread
 accumulates tile_f[1]*tile_f[3] x tile_y[1]*tile_y[3] x tile_x[1]*tile_x[3] outputs in registers.
-CPU: the same tiles; (n, f, y) outer tiles run in parallel, the tile_x[3] columns are vectorised.
+CPU: the same tiles; (n, f, y) outer tiles run in parallel, the tile_x[3] columns are vectorised;
+`pipeline` has no CPU meaning.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..workload import Workload
-from .common import cooperative_fetch, factor_knob, greedy_split, prod, unroll
+from .common import PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, pipeline, prod, unroll
 
 if TYPE_CHECKING:
     import tvm
@@ -34,7 +38,8 @@ def search_space(wl: Workload) -> dict[str, Any]:
             "tile_x": factor_knob(out, 4), "tile_rc": factor_knob(d["C"], 2),
             "tile_ry": factor_knob(d["K"], 2), "tile_rx": factor_knob(d["K"], 2),
             "auto_unroll_max_step": {"_type": "discrete", "_value": UNROLL_STEPS},
-            "unroll_explicit": {"_type": "choice", "_value": [0, 1]}}
+            "unroll_explicit": {"_type": "choice", "_value": [0, 1]},
+            "pipeline": {"_type": "discrete", "_value": PIPELINE_DEPTHS}}
 
 
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
@@ -47,7 +52,7 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
         tiles = {"tile_f": greedy_split(d["F"], [1, 1, 4]), "tile_y": greedy_split(out, [1, 1, 1]),
                  "tile_x": greedy_split(out, [1, 1, 8])}
     return {**tiles, "tile_rc": greedy_split(d["C"], [8]), "tile_ry": [d["K"], 1],
-            "tile_rx": [1, d["K"]], "auto_unroll_max_step": 256 if gpu else 125, "unroll_explicit": 1}
+            "tile_rx": [1, d["K"]], "auto_unroll_max_step": 256 if gpu else 125, "unroll_explicit": 1, "pipeline": int(gpu)}
 
 
 def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
@@ -84,14 +89,15 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     filters = prod(f[1:]) * rc * ry * rx
     accumulators = f[1] * f[3] * y[1] * y[3] * x[1] * x[3]
     return {"threads": f[2] * y[2] * x[2], "thread_dims": (x[2], y[2], f[2]),
-            "shared_bytes": (window + filters) * item, "registers_per_thread": accumulators + 16}
+            "shared_bytes": (window + filters) * item * (2 if p["pipeline"] else 1),
+            "registers_per_thread": accumulators + 16, "async_copy": p["pipeline"] == 2}
 
 
 def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
     from tvm import s_tir
 
     sch = s_tir.Schedule(prim_func(wl))
-    if wl.dims["PD"]:
+    if wl.dims["PD"] and not gpu:
         sch.compute_inline(sch.get_sblock("pad"))
     conv = sch.get_sblock("conv")
     n, f, y, x, rc, ry, rx = sch.get_loops(conv)
@@ -102,6 +108,7 @@ def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
     ry0, ry1 = sch.split(ry, p["tile_ry"])
     rx0, rx1 = sch.split(rx, p["tile_rx"])
     sch.reorder(n, f0, y0, x0, f1, y1, x1, f2, y2, x2, rc0, ry0, rx0, rc1, ry1, rx1, f3, y3, x3)
+    r0 = sch.fuse(rc0, ry0, rx0)
     local = sch.cache_write(conv, 0, "local")
     sch.reverse_compute_at(local, x2)
     if gpu:
@@ -114,8 +121,11 @@ def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
                    ("threadIdx.x", p["tile_x"][2])]
         for index in (0, 1):
             shared = sch.cache_read(conv, index, "shared")
-            sch.compute_at(shared, rx0)
-            cooperative_fetch(sch, shared, 12, threads)  # 12 loops down to and including rx0
+            sch.compute_at(shared, r0)
+            cooperative_fetch(sch, shared, 10, threads)  # 10 loops down to and including r0
+        if wl.dims["PD"]:  # padding folded into the shared load, whose tile is then exact
+            sch.compute_inline(sch.get_sblock("pad"))
+        pipeline(sch, r0, p["pipeline"])
     else:
         outer = sch.fuse(n, f0, y0)
         sch.parallel(outer)
@@ -123,5 +133,5 @@ def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
             sch.vectorize(x3)
             sch.vectorize(sch.get_loops(local)[-1])
     unroll(sch, outer, p["auto_unroll_max_step"], bool(p["unroll_explicit"]))
-    sch.decompose_reduction(conv, rc0)
+    sch.decompose_reduction(conv, r0)
     return sch.mod

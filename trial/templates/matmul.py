@@ -1,17 +1,21 @@
 """Matmul and batched matmul, C[b, n, m] = sum_k A[b, n, k] * B[b, k, m], in NN/NT/TN/TT layouts.
 
-Knobs (the original OpEvo study's plus two):
+Knobs (the original OpEvo study's plus three):
   K       factor [K, 3]  reduction: outer (shared-memory stage), middle (register stage), inner
   X       factor [N, 4]  rows: block, virtual thread, thread, inner
   Y       factor [M, 4]  columns: block, virtual thread, thread, inner
   B       factor [B, 2]  batches (bmm only): block, inner
   unroll  discrete       auto-unroll budget of the inner loops (0 = off)
   vec     discrete       vector width of the cooperative global-to-shared loads
+  pipeline discrete      shared-memory stage: 0 single buffer, 1 double buffer (software pipeline:
+                         the next K tile is loaded while the current one is used), 2 double buffer
+                         filled by asynchronous copies (cp.async, CUDA sm_80 and newer)
 
 GPU: the classic two-level tiling: each thread block owns an X[1:]-by-Y[1:] tile of C, stages
 K[1]*K[2]-deep slices of A and B in shared memory (loaded cooperatively, coalesced and vectorised)
 and K[2]-deep fragments in registers, and accumulates X[1]*X[3]-by-Y[1]*Y[3] values per thread.
-CPU: the same tiles; outer tiles run in parallel, the Y[3] columns are vectorised.
+CPU: the same tiles; outer tiles run in parallel, the Y[3] columns are vectorised; `pipeline` and
+`vec` have no CPU meaning.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..workload import Workload
-from .common import cooperative_fetch, factor_knob, greedy_split, prod, unroll
+from .common import PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, pipeline, prod, unroll
 
 if TYPE_CHECKING:
     import tvm
@@ -37,6 +41,7 @@ def search_space(wl: Workload) -> dict[str, Any]:
         space["B"] = factor_knob(d["B"], 2)
     space["unroll"] = {"_type": "discrete", "_value": UNROLL_STEPS}
     space["vec"] = {"_type": "discrete", "_value": VECTOR_WIDTHS}
+    space["pipeline"] = {"_type": "discrete", "_value": PIPELINE_DEPTHS}
     return space
 
 
@@ -45,10 +50,10 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
     d = wl.dims
     if gpu:
         params = {"K": greedy_split(d["K"], [8, 1]), "X": greedy_split(d["N"], [2, 16, 4]),
-                  "Y": greedy_split(d["M"], [2, 16, 4]), "unroll": 512, "vec": 4}
+                  "Y": greedy_split(d["M"], [2, 16, 4]), "unroll": 512, "vec": 4, "pipeline": 1}
     else:
         params = {"K": greedy_split(d["K"], [4, 4]), "X": greedy_split(d["N"], [1, 8, 4]),
-                  "Y": greedy_split(d["M"], [1, 4, 16]), "unroll": 16, "vec": 1}
+                  "Y": greedy_split(d["M"], [1, 4, 16]), "unroll": 16, "vec": 1, "pipeline": 0}
     if wl.op == "bmm":
         params["B"] = greedy_split(d["B"], [1])
     return {k: params[k] for k in search_space(wl)}
@@ -74,17 +79,18 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
     return te.create_prim_func([A, B, C])
 
 
-def resources(wl: Workload, p: dict[str, Any]) -> dict[str, int]:
+def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread."""
     X, Y, K = p["X"], p["Y"], p["K"]
     item = np.dtype(wl.dtype).itemsize
     k_tile = K[1] * K[2]
-    shared = (prod(X[1:]) + prod(Y[1:])) * k_tile * item
+    buffers = 2 if p["pipeline"] else 1
+    shared = (prod(X[1:]) + prod(Y[1:])) * k_tile * item * buffers
     batch_inner = p["B"][1] if wl.op == "bmm" else 1
     accumulators = batch_inner * X[1] * X[3] * Y[1] * Y[3]
     fragments = (X[1] * X[3] + Y[1] * Y[3]) * K[2]
     return {"threads": X[2] * Y[2], "thread_dims": (Y[2], X[2], 1), "shared_bytes": shared,
-            "registers_per_thread": accumulators + fragments + 16}
+            "registers_per_thread": accumulators + fragments + 16, "async_copy": p["pipeline"] == 2}
 
 
 def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
@@ -139,4 +145,5 @@ def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], C, outer, tiles, 
         cooperative_fetch(sch, shared, depth, threads, p["vec"])
     for index in (0, 1):
         sch.compute_at(sch.cache_read(C, index, "local"), k1)
+    pipeline(sch, k0, p["pipeline"])
     unroll(sch, outer[0] if outer else i0, p["unroll"])
