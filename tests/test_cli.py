@@ -28,7 +28,7 @@ def test_usage_errors_are_clear(args, message):
 
 def test_by_hand_prints_one_json_line():
     p = trial("mm", "N32K32M32PNT", "--target", "llvm", "--params",
-              json.dumps({"K": [4, 4, 2], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 2, "pipeline": 0}),
+              json.dumps({"K": [2, 2, 4, 2], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 2, "pipeline": 0}),
               "--min-repeat-ms", "1")
     assert p.returncode == 0, p.stderr
     (line,) = p.stdout.strip().splitlines()

@@ -84,7 +84,7 @@ def test_best_is_per_workload_device_and_distinct(tmp_path):
 
 def test_export_writes_a_verified_library(tmp_path):
     store = Records(tmp_path / "r.sqlite")
-    params = {"K": [2, 4, 4], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1, "pipeline": 0}
+    params = {"K": [2, 1, 4, 4], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1, "pipeline": 0}
     result = measure(WL, params, Options(target="llvm", min_repeat_ms=1))
     assert result.status == "ok"
     store.append(WL, result, "exp", "t0", "opevo")

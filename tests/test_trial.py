@@ -26,6 +26,23 @@ def test_every_op_and_layout_verifies(op, spec):
     assert r.target.startswith("llvm") and r.report()["device"].endswith("(device 0)")
 
 
+@pytest.mark.parametrize("op,spec,split", [("mm", "N32K48M16PTT", 3), ("mm", "N16K64M24PNT", 8),
+                                           ("bmm", "B3N8K32M16PTN", 4)])
+def test_split_k_verifies_and_adds_a_summing_kernel(op, spec, split):
+    """K[0] > 1: each K slice reduced by its own blocks, then summed; the CPU runs the same two stages."""
+    wl = parse(op, spec)
+    template = templates.load(op)
+    params = template.default_params(wl, False)
+    params["K"] = [split, wl.dims["K"] // split // 4, 2, 2]
+    r = measure(wl, params, FAST)
+    assert r.status == "ok", r.reason
+    gpu = {**template.default_params(wl, True), "K": params["K"]}
+    check.check(wl, template, gpu, GPU)
+    source = build.build(wl, template, gpu, GPU).mod.imports[0].inspect_source()
+    assert "C_rf" in source
+    assert source.count("__global__ void") == 4  # two kernels, each declared, then defined
+
+
 @pytest.mark.parametrize("op,spec", [("mm", "N32K24M16PTN"), ("bmm", "B4N8K12M16PNT"), ("conv", "N2C4HW10F6K3ST2PD1")])
 def test_random_configs_verify(op, spec):
     """Configs drawn from the whole search space build and compute the right answer."""
@@ -40,10 +57,10 @@ def test_random_configs_verify(op, spec):
 
 
 def test_knobs_outside_the_space_are_invalid():
-    r = measure(parse("mm", "N64K64M64"), {"K": [4, 4, 2], "X": [1, 1, 8, 8], "Y": [1, 1, 8, 8],
+    r = measure(parse("mm", "N64K64M64"), {"K": [1, 4, 4, 2], "X": [1, 1, 8, 8], "Y": [1, 1, 8, 8],
                                             "unroll": 0, "vec": 1}, FAST)
     assert r.status == "invalid"
-    assert "K: factors [4, 4, 2] multiply to 32, expected 64" in r.reason
+    assert "K: factors [1, 4, 4, 2] multiply to 32, expected 64" in r.reason
     assert r.build_s is None  # rejected before compiling
 
 
@@ -55,7 +72,7 @@ GPU = Target("cuda", {"kind": "cuda", "arch": "sm_90"}, "test GPU", 1,
 
 @pytest.mark.parametrize("op,spec,change,message", [
     ("mm", "N2048K64M2048", {"X": [1, 1, 64, 32], "Y": [1, 1, 32, 64]}, "2048 threads per block > device limit 1024"),
-    ("mm", "N2048K2048M2048", {"K": [1, 64, 32], "X": [16, 1, 8, 16], "Y": [16, 1, 8, 16]},
+    ("mm", "N2048K2048M2048", {"K": [1, 1, 64, 32], "X": [16, 1, 8, 16], "Y": [16, 1, 8, 16]},
      "bytes of shared memory per block > device limit 49152"),
     ("mm", "N2048K64M2048", {"X": [128, 1, 1, 16], "Y": [64, 1, 1, 32]}, "registers per thread > device limit 255"),
     ("conv", "N1C8HW16F128K3ST1PD1", {"tile_f": [1, 1, 128, 1], "tile_y": [16, 1, 1, 1], "tile_x": [16, 1, 1, 1]},
@@ -150,8 +167,8 @@ def test_bad_knobs_are_rejected_without_a_measuring_process():
     """Once a child has described the device, the parent checks knobs itself: no process, no TVM import."""
     wl = parse("mm", "N64K64M64")
     assert measure(wl, None, FAST).status == "ok"  # a child ran and described the CPU
-    r = measure(wl, {"K": [1, 1, 1]}, FAST)
-    assert r.status == "invalid" and "K: factors [1, 1, 1] multiply to 1, expected 64" in r.reason
+    r = measure(wl, {"K": [1, 1, 1, 1]}, FAST)
+    assert r.status == "invalid" and "K: factors [1, 1, 1, 1] multiply to 1, expected 64" in r.reason
     assert "stages" not in r.extra and r.target.startswith("llvm") and r.device
 
 

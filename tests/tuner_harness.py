@@ -47,7 +47,7 @@ MM = {
     "unroll": {"_type": "discrete", "_value": [0, 16, 64, 512, 1500]},
     "vec": {"_type": "discrete", "_value": [1, 2, 4]},
 }
-"""The space of mm/N512K1024M1024 (`trial.templates.matmul.search_space`)."""
+"""mm/N512K1024M1024 with the original study's knobs (the template adds a split-K part to `K`, and `pipeline`)."""
 BMM = {**MM, "B": {"_type": "factor", "_value": [960, 2]}}
 CONV = {
     "tile_f": {"_type": "factor", "_value": [64, 4]},
@@ -258,7 +258,7 @@ PEAK = {"K": [64, 8, 2], "X": [4, 2, 16, 4], "Y": [8, 2, 16, 4], "unroll": 512, 
 
 
 def resources(config: Config) -> dict[str, int]:
-    """Threads, shared bytes and registers per thread of one block, as `trial.templates.matmul.resources`."""
+    """Threads, shared bytes and registers per thread of one block, as `trial.templates.matmul.resources` computes them for `MM`."""
     K, X, Y = config["K"], config["X"], config["Y"]
     return {"threads": X[2] * Y[2],
             "shared_bytes": (X[1] * X[2] * X[3] + Y[1] * Y[2] * Y[3]) * K[1] * K[2] * 4,

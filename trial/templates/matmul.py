@@ -1,7 +1,8 @@
 """Matmul and batched matmul, C[b, n, m] = sum_k A[b, n, k] * B[b, k, m], in NN/NT/TN/TT layouts.
 
-Knobs (the original OpEvo study's plus three):
-  K       factor [K, 3]  reduction: outer (shared-memory stage), middle (register stage), inner
+Knobs (the original OpEvo study's, with a split-K part, plus three):
+  K       factor [K, 4]  reduction: split (slices reduced by separate thread blocks), outer
+                         (shared-memory stage), middle (register stage), inner
   X       factor [N, 4]  rows: block, virtual thread, thread, inner
   Y       factor [M, 4]  columns: block, virtual thread, thread, inner
   B       factor [B, 2]  batches (bmm only): block, inner
@@ -12,10 +13,12 @@ Knobs (the original OpEvo study's plus three):
                          filled by asynchronous copies (cp.async, CUDA sm_80 and newer)
 
 GPU: the classic two-level tiling: each thread block owns an X[1:]-by-Y[1:] tile of C, stages
-K[1]*K[2]-deep slices of A and B in shared memory (loaded cooperatively, coalesced and vectorised)
-and K[2]-deep fragments in registers, and accumulates X[1]*X[3]-by-Y[1]*Y[3] values per thread.
-CPU: the same tiles; outer tiles run in parallel, the Y[3] columns are vectorised; `pipeline` and
-`vec` have no CPU meaning.
+K[2]*K[3]-deep slices of A and B in shared memory (loaded cooperatively, coalesced and vectorised)
+and K[3]-deep fragments in registers, and accumulates X[1]*X[3]-by-Y[1]*Y[3] values per thread.
+Split-K (K[0] > 1) gives a long reduction over few output tiles more thread blocks: each reduces one
+K/K[0] slice into a partial result (TensorIR's rfactor), and a second kernel sums the K[0] partials.
+CPU: the same tiles and split; outer tiles run in parallel, the Y[3] columns are vectorised;
+`pipeline` and `vec` have no CPU meaning.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ VECTOR_WIDTHS = [1, 2, 4]
 
 def search_space(wl: Workload) -> dict[str, Any]:
     d = wl.dims
-    space = {"K": factor_knob(d["K"], 3), "X": factor_knob(d["N"], 4), "Y": factor_knob(d["M"], 4)}
+    space = {"K": factor_knob(d["K"], 4), "X": factor_knob(d["N"], 4), "Y": factor_knob(d["M"], 4)}
     if wl.op == "bmm":
         space["B"] = factor_knob(d["B"], 2)
     space["unroll"] = {"_type": "discrete", "_value": UNROLL_STEPS}
@@ -49,10 +52,10 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
     """A hand-picked config: 128x128 block tiles of 16x16 threads on GPUs, 4x16 register tiles on CPUs."""
     d = wl.dims
     if gpu:
-        params = {"K": greedy_split(d["K"], [8, 1]), "X": greedy_split(d["N"], [2, 16, 4]),
+        params = {"K": [1, *greedy_split(d["K"], [8, 1])], "X": greedy_split(d["N"], [2, 16, 4]),
                   "Y": greedy_split(d["M"], [2, 16, 4]), "unroll": 512, "vec": 4, "pipeline": 1}
     else:
-        params = {"K": greedy_split(d["K"], [4, 4]), "X": greedy_split(d["N"], [1, 8, 4]),
+        params = {"K": [1, *greedy_split(d["K"], [4, 4])], "X": greedy_split(d["N"], [1, 8, 4]),
                   "Y": greedy_split(d["M"], [1, 4, 16]), "unroll": 16, "vec": 1, "pipeline": 0}
     if wl.op == "bmm":
         params["B"] = greedy_split(d["B"], [1])
@@ -83,14 +86,17 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread."""
     X, Y, K = p["X"], p["Y"], p["K"]
     item = np.dtype(wl.dtype).itemsize
-    k_tile = K[1] * K[2]
+    k_tile = K[2] * K[3]
     buffers = 2 if p["pipeline"] else 1
     shared = (prod(X[1:]) + prod(Y[1:])) * k_tile * item * buffers
     batch_inner = p["B"][1] if wl.op == "bmm" else 1
     accumulators = batch_inner * X[1] * X[3] * Y[1] * Y[3]
-    fragments = (X[1] * X[3] + Y[1] * Y[3]) * K[2]
+    fragments = (X[1] * X[3] + Y[1] * Y[3]) * K[3]
     return {"threads": X[2] * Y[2], "thread_dims": (Y[2], X[2], 1), "shared_bytes": shared,
             "registers_per_thread": accumulators + fragments + 16, "async_copy": p["pipeline"] == 2}
+
+
+SUM_THREADS = 256  # threads per block of the kernel that sums split-K partials
 
 
 def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
@@ -98,52 +104,79 @@ def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
 
     sch = s_tir.Schedule(prim_func(wl))
     C = sch.get_sblock("C")
-    loops = sch.get_loops(C)
     batch = wl.op == "bmm"
-    if batch:
-        b, i, j, k = loops
-        b0, b1 = sch.split(b, p["B"])
-    else:
-        i, j, k = loops
+    *b, i, j, k = sch.get_loops(C)
+    outer, inner = sch.split(b[0], p["B"]) if batch else (None, None)
+    outer, inner = [outer] if batch else [], [inner] if batch else []
     i0, i1, i2, i3 = sch.split(i, p["X"])
     j0, j1, j2, j3 = sch.split(j, p["Y"])
-    k0, k1, k2 = sch.split(k, p["K"])
-    outer = [b0] if batch else []
-    inner = [b1] if batch else []
-    sch.reorder(*outer, i0, j0, i1, j1, i2, j2, *inner, k0, k1, k2, i3, j3)
-    CL = sch.cache_write(C, 0, "local")
+    ks, k0, k1, k2 = sch.split(k, p["K"])
+    split = p["K"][0] > 1
+    grid = [*outer, ks] if split else outer
+    sch.reorder(*grid, i0, j0, i1, j1, i2, j2, *inner, *([] if split else [ks]), k0, k1, k2, i3, j3)
+    main = C
+    if split:
+        main = sch.rfactor(ks, 0)  # block C_rf: each K slice's partial sum; C: their sum
+        _sum_partials(sch, C, batch, gpu)
+        *grid, i0, j0, i1, j1, i2, j2 = sch.get_loops(main)[:len(grid) + 6]  # rfactor made new loops
+        k0, k1, _, _, j3 = sch.get_loops(main)[-5:]
+    CL = sch.cache_write(main, 0, "local")
     sch.reverse_compute_at(CL, j2)
     if gpu:
-        _gpu(sch, wl, p, C, outer, (i0, j0, i1, j1, i2, j2), (k0, k1))
+        _gpu(sch, p, main, grid, (i0, j0, i1, j1, i2, j2), (k0, k1))
     else:
-        first = sch.fuse(*outer, i0, j0)
+        first = sch.fuse(*grid, i0, j0)
         sch.parallel(first)
         unroll(sch, first, p["unroll"])
         if p["Y"][3] > 1:
             sch.vectorize(j3)
             sch.vectorize(sch.get_loops(CL)[-1])
-    sch.decompose_reduction(C, k0)
+    sch.decompose_reduction(main, k0 if split else ks)
     return sch.mod
 
 
-def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], C, outer, tiles, ks) -> None:
+def _sum_partials(sch: s_tir.Schedule, C, batch: bool, gpu: bool) -> None:
+    """Schedule C = sum over slices of the partials: output elements in row-major order, slices inner."""
+    loops = sch.get_loops(C)  # [b0,] slice, i0, j0, i1, j1, i2, j2, [b1,] i3, j3
+    o = int(batch)
+    rows = [loops[o + 1], loops[o + 3], loops[o + 5], loops[2 * o + 7]]
+    cols = [loops[o + 2], loops[o + 4], loops[o + 6], loops[2 * o + 8]]
+    batches = [loops[0], loops[8]] if batch else []
+    sch.reorder(*batches, *rows, *cols, loops[o])
+    element = sch.fuse(*batches, *rows, *cols)
+    if gpu:
+        block, thread = sch.split(element, [None, SUM_THREADS])
+        sch.bind(block, "blockIdx.x")
+        sch.bind(thread, "threadIdx.x")
+        sch.reverse_compute_at(sch.cache_write(C, 0, "local"), thread)
+    else:
+        sch.parallel(sch.split(element, [None, 64])[0])
+
+
+def _loop_depth(sch: s_tir.Schedule, block, loop) -> int:
+    """How many loops enclose `block` down to and including `loop`."""
+    wanted = sch.get(loop)
+    return next(n for n, found in enumerate(sch.get_loops(block), 1) if sch.get(found).same_as(wanted))
+
+
+def _gpu(sch: s_tir.Schedule, p: dict[str, Any], main, grid, tiles, ks) -> None:
     i0, j0, i1, j1, i2, j2 = tiles
     k0, k1 = ks
-    if outer:
-        sch.bind(outer[0], "blockIdx.z")
+    if grid:
+        sch.bind(sch.fuse(*grid) if len(grid) > 1 else grid[0], "blockIdx.z")
     sch.bind(i0, "blockIdx.y")
     sch.bind(j0, "blockIdx.x")
     sch.bind(i1, "vthread.y")
     sch.bind(j1, "vthread.x")
     sch.bind(i2, "threadIdx.y")
     sch.bind(j2, "threadIdx.x")
-    depth = len(outer) + 6 + (1 if outer else 0) + 1  # loops down to and including k0
+    depth = _loop_depth(sch, main, k0)
     threads = [("threadIdx.y", p["X"][2]), ("threadIdx.x", p["Y"][2])]
     for index in (0, 1):
-        shared = sch.cache_read(C, index, "shared")
+        shared = sch.cache_read(main, index, "shared")
         sch.compute_at(shared, k0)
         cooperative_fetch(sch, shared, depth, threads, p["vec"])
     for index in (0, 1):
-        sch.compute_at(sch.cache_read(C, index, "local"), k1)
+        sch.compute_at(sch.cache_read(main, index, "local"), k1)
     pipeline(sch, k0, p["pipeline"])
-    unroll(sch, outer[0] if outer else i0, p["unroll"])
+    unroll(sch, sch.get_loops(main)[0], p["unroll"])
