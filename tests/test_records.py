@@ -119,6 +119,21 @@ def test_export_refuses_a_record_of_another_device(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_export_refuses_knobs_the_template_no_longer_has(tmp_path, capsys):
+    from trial.target import resolve
+
+    store = Records(tmp_path / "r.sqlite")
+    old = {"K": [2, 4, 4], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1}  # K had 3 parts
+    store.append(WL, MeasureResult("ok", params=old, gflops=10.0, latency_ms=0.01, target="llvm",
+                                   device=resolve("llvm").device_name), "exp", "t0")
+    code = records.main(["--records", str(store.path), "export", "mm/N32K32M32", "--target", "llvm",
+                         "--out", str(tmp_path / "x")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "recorded knobs do not fit the template on this device" in err and "K: expected 4 factors, got 3" in err
+    assert not (tmp_path / "x").exists()
+
+
 def test_tune_says_a_tuned_kernel_exists_instead_of_tuning_again(tmp_path, capsys):
     from trial import space, tune
     from trial.target import resolve

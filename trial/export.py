@@ -42,6 +42,10 @@ def export(wl: Workload, record: Record, out: Path, target_kind: str = "auto", r
                           f"device is {target.device_name!r}: export on that machine, or pick a record of "
                           f"this device with --device")
     template = templates.load(wl.op)
+    try:
+        check.check(wl, template, record.params, target)
+    except check.InvalidConfig as err:  # e.g. recorded before the template's knobs changed
+        raise ExportError(f"the recorded knobs do not fit the template on this device: {err}") from None
     lib = build.build(wl, template, record.params, target)
     out.mkdir(parents=True, exist_ok=True)
     library = out / "kernel.so"

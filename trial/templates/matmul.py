@@ -106,8 +106,7 @@ def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
     C = sch.get_sblock("C")
     batch = wl.op == "bmm"
     *b, i, j, k = sch.get_loops(C)
-    outer, inner = sch.split(b[0], p["B"]) if batch else (None, None)
-    outer, inner = [outer] if batch else [], [inner] if batch else []
+    outer, inner = ([loop] for loop in sch.split(b[0], p["B"])) if batch else ([], [])
     i0, i1, i2, i3 = sch.split(i, p["X"])
     j0, j1, j2, j3 = sch.split(j, p["Y"])
     ks, k0, k1, k2 = sch.split(k, p["K"])
