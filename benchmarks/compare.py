@@ -32,13 +32,15 @@ from typing import Any
 
 import numpy as np
 
+from trial import space
 from trial.measure import STAGES, Options
 from trial.records import Records
 from trial.target import KINDS
-from trial.workload import SpecError, Workload, parse
+from trial.workload import SpecError, Workload, parse_name
 
 from . import driver, metaschedule
-from .plots import best_so_far, convergence
+from .plots import convergence, trials_to
+from .vendor import baseline as vendor_baseline
 
 TUNERS = (*driver.TUNERS, "metaschedule")
 COLUMNS = ["tuner", "seed", "kind", "index", "parameter_id", "status", "gflops", "latency_ms", "build_s",
@@ -79,24 +81,11 @@ def rows(run: driver.Run) -> list[dict[str, Any]]:
     return out
 
 
-def curve(run: driver.Run) -> list[float]:
-    """Best GFLOPS so far after each trial of `run`."""
-    return best_so_far([t.result.gflops if t.result.status == "ok" else 0.0 for t in run.trials])
-
-
 def best(run: driver.Run) -> float:
     """The run's result: its best trial, or for MetaSchedule its best schedule as the suite timed it."""
     if run.final is not None:
         return run.final.gflops if run.final.status == "ok" else 0.0
-    found = curve(run)
-    return found[-1] if found else 0.0
-
-
-def trials_to(fraction: float, values: list[float]) -> int | None:
-    """The first trial (1-based) at which the best so far reaches `fraction` of the run's own best."""
-    if not values or values[-1] <= 0:
-        return None
-    return next(i + 1 for i, v in enumerate(values) if v >= fraction * values[-1])
+    return run.curve[-1] if run.curve else 0.0
 
 
 def _devices(run: driver.Run) -> int:
@@ -109,14 +98,14 @@ def summarize(runs: list[driver.Run], vendor: dict[str, Any] | None) -> list[dic
     for tuner in dict.fromkeys(r.tuner for r in runs):
         mine = [r for r in runs if r.tuner == tuner]
         bests = [best(r) for r in mine]
-        to95 = [n for n in (trials_to(0.95, curve(r)) for r in mine) if n is not None]
+        to95 = [n for n in (trials_to(0.95, r.curve) for r in mine) if n is not None]
         trials = [t for r in mine for t in r.trials]
         median = float(np.median(bests))
         out.append({
             "tuner": tuner, "runs": len(mine), "trials": int(np.median([len(r.trials) for r in mine])),
             "best_gflops": median, "best_p25": float(np.percentile(bests, 25)),
             "best_p75": float(np.percentile(bests, 75)),
-            "search_best_gflops": float(np.median([curve(r)[-1] if r.trials else 0.0 for r in mine])),
+            "search_best_gflops": float(np.median([r.curve[-1] if r.trials else 0.0 for r in mine])),
             "trials_to_95": float(np.median(to95)) if to95 else None,
             "vs_vendor": median / vendor["gflops"] if vendor else None,
             "wall_s": float(np.median([r.wall_s for r in mine])),
@@ -149,7 +138,7 @@ def table(summary: list[dict[str, Any]], vendor: dict[str, Any] | None) -> str:
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
-def breakdown(runs: list[driver.Run], workers: int) -> str:
+def breakdown(runs: list[driver.Run]) -> str:
     """Markdown: per tuner, trials per second (per device) and the mean seconds of each part of a trial."""
     head = ["tuner", "trials/s", "per device", "wall/trial", "trial", *STAGES, "of build: compile",
             "tuner/trial", "one-off", "workers busy"]
@@ -167,57 +156,39 @@ def breakdown(runs: list[driver.Run], workers: int) -> str:
             return sum(v or 0.0 for v in values) / n
 
         stages = [mean(t.result.extra.get("stages", {}).get(s) for t in trials) for s in STAGES]
-        busy = sum(t.seconds for t in trials) / (wall * (1 if tuner == "metaschedule" else workers))
+        busy = sum(t.seconds for t in trials) / sum(r.wall_s * r.workers for r in mine)
         cells = [tuner, f"{rate:.2f}", f"{per_device:.2f}", f"{wall / n:.2f}", f"{mean(t.seconds for t in trials):.2f}",
                  *[f"{v:.3f}" for v in stages], f"{mean(t.result.build_s for t in trials):.3f}",
                  f"{sum(r.tuner_s for r in mine) / n:.3f}", f"{np.mean([r.setup_s for r in mine]):.1f}", f"{busy:.0%}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + ["", "Seconds. trial: one measurement from start to end; its stages (means per "
                               "trial, overlapping across workers): startup = process start and imports, setup = "
-                              "target and device query, build = knob check and compile, lock_wait = waiting for "
+                              "target and device query, build = knob check, compile and reference outputs, lock_wait = waiting for "
                               "the device, run = verify and time, exit = the child's exit. MetaSchedule: its "
                               "batches' build, lock wait and run shared out over their candidates, its search "
                               "and cost model under tuner/trial, its process start-up under one-off. "
                               "workers busy = measurement time / (wall x workers)."])
 
 
-def nnictl_run(wl: Workload, tuner: str, trials: int, workers: int, port: int, root: Path) -> tuple[float, int]:
-    """One `nnictl create` experiment of `tuner`: seconds from the create to its last trial's end, and its trials.
-
-    The end is NNI's own record of it, so how often this process polls the experiment does not count.
-    """
-    import requests
-    import yaml
-
-    from trial import space, tune
-
-    config = space.write(wl, root / tuner, max_trials=trials, concurrency=workers) / f"config_{tuner}.yml"
-    settings = yaml.safe_load(config.read_text())
-    if "warm_start" in settings["tuner"].get("classArgs", {}):
-        settings["tuner"]["classArgs"]["warm_start"] = False  # start cold, as the driver's runs do
-        config.write_text(yaml.safe_dump(settings, sort_keys=False))
-    start = time.time()
-    exp_id = tune.create(config, port)
-    try:
-        tune.wait(port, timeout_s=24 * 3600, poll_s=2)
-        jobs = requests.get(f"http://127.0.0.1:{port}/api/v1/nni/trial-jobs", timeout=30).json()
-    finally:
-        tune.nnictl("stop", exp_id, check=False)
-    ends = [job["endTime"] / 1000 for job in jobs if job.get("endTime")]
-    return (max(ends) if ends else time.time()) - start, len(jobs)
-
-
 def nnictl_overhead(wl: Workload, runs: list[driver.Run], trials: int, workers: int, target: str,
                     port: int) -> str:
-    """Each driver tuner once through `nnictl create` at the same budget: rates and NNI's overhead per trial."""
+    """Each driver tuner once through `nnictl create` at the same budget: rates and NNI's overhead per trial.
+
+    An experiment's wall time runs from its `nnictl create` to NNI's own end time of its last trial, so
+    how often this process polls the experiment does not count.  Its tuners start cold, as the driver's do.
+    """
+    from .experiments import nnictl_experiment, write_folder
+
     os.environ["OPEVO_TARGET"] = target  # the experiment's trials measure on the same target
-    root = Path(tempfile.mkdtemp(prefix="opevo-compare-nnictl-"))
+    folder = write_folder(wl, Path(tempfile.mkdtemp(prefix="opevo-compare-nnictl-")), trials, workers)
     lines = ["| tuner | driver trials/s | nnictl trials/s | driver wall s | nnictl wall s | NNI overhead s/trial |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for tuner in dict.fromkeys(r.tuner for r in runs if r.tuner != "metaschedule"):
         mine = [r for r in runs if r.tuner == tuner]
         driven, count = float(np.median([r.wall_s for r in mine])), int(np.median([len(r.trials) for r in mine]))
-        wall, measured = nnictl_run(wl, tuner, trials, workers, port, root)
+        done = nnictl_experiment(folder, tuner, port, poll_s=2)
+        end = done.last_end if done.last_end is not None else done.started + done.wall_s
+        wall, measured = end - done.started, len(done.records)
         lines.append(f"| {tuner} | {count / driven:.2f} | {measured / wall:.2f} | {driven:.1f} | {wall:.1f} | "
                      f"{wall / max(1, measured) - driven / max(1, count):.2f} |")
     return "\n".join(lines + ["", "NNI overhead = nnictl wall / trials - driver wall / trials (nnictl wall: from "
@@ -226,22 +197,10 @@ def nnictl_overhead(wl: Workload, runs: list[driver.Run], trials: int, workers: 
                               "per trial that imports NNI before the measuring process starts."])
 
 
-def vendor_baseline(wl: Workload, runs: list[driver.Run]) -> dict[str, Any] | None:
-    """cuBLAS/cuDNN on the device the trials ran on, where that is CUDA and PyTorch is installed; else None."""
-    if not any(t.result.target.startswith("cuda") for r in runs for t in r.trials):
-        return None
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    from trial import devicelock
-
-    from .vendor import time_vendor
-
-    with devicelock.acquire("cuda", 1):
-        return time_vendor(wl)
+def _cuda_target(runs: list[driver.Run]) -> str:
+    """The target the trials ran on, a CUDA one where any did ("" where none reported one)."""
+    targets = dict.fromkeys(t.result.target for r in runs for t in r.trials if t.result.target)
+    return next((t for t in targets if t.startswith("cuda")), next(iter(targets), ""))
 
 
 def _write_rows(path: Path, run: driver.Run) -> None:
@@ -259,15 +218,18 @@ def _run_json(run: driver.Run) -> dict[str, Any]:
             "ended": run.ended, "final": asdict(run.final) if run.final else None}
 
 
-def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Path, workers: int = 4,
-            options: Options = Options(), records: Records | None = None, progress: bool = True,
-            vendor: bool = True, parallel: int = 1
-            ) -> tuple[list[driver.Run], list[dict[str, Any]], dict[str, Any] | None]:
+def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Path,
+            workers: int = space.CONCURRENCY, options: Options = Options(), records: Records | None = None,
+            progress: bool = True, vendor: bool = True, parallel: int = 1, with_breakdown: bool = False,
+            nnictl_port: int | None = None
+            ) -> tuple[list[driver.Run], list[dict[str, Any]], dict[str, Any] | None, str]:
     """Run the plan, `parallel` runs at a time, and write OUT/trials.csv, runs.json, convergence.png, summary.md.
 
     Runs at the same time share the CPUs and queue for the device lock: each proposes and measures as it
-    would alone, but takes longer.  Returns the runs (in plan order), the per-tuner summary
-    and the vendor figures (None where there are none).
+    would alone, but takes longer.  `with_breakdown` adds where the time of a trial goes to the summary,
+    `nnictl_port` each driver tuner once through nnictl (`nnictl_overhead`, web UI on that port).
+    Returns the runs (in plan order), the per-tuner summary, the vendor figures (None where there are
+    none) and the text of summary.md.
     """
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "trials.csv"
@@ -286,22 +248,30 @@ def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Pa
 
     with ThreadPoolExecutor(parallel, thread_name_prefix="run") as pool:
         runs = list(pool.map(one, runs_plan))
-    baseline = vendor_baseline(wl, runs) if vendor else None
+    baseline = (vendor_baseline(wl, _cuda_target(runs), options.repeat, options.min_repeat_ms)
+                if vendor else None)
     summary = summarize(runs, baseline)
-    text = table(summary, baseline)
     device = next((t.result.device for r in runs for t in r.trials if t.result.device), "")
     title = f"{wl.name} on {device}" if device else wl.name
-    convergence({s["tuner"]: [curve(r) for r in runs if r.tuner == s["tuner"]] for s in summary},
+    convergence({s["tuner"]: [r.curve for r in runs if r.tuner == s["tuner"]] for s in summary},
                 out / "convergence.png", title,
                 (f"{baseline['library']} FP32", baseline["gflops"]) if baseline else None,
                 {"metaschedule": [best(r) for r in runs if r.tuner == "metaschedule" and r.final]})
-    (out / "summary.md").write_text(f"# {title}\n\n{trials} trials per run, {workers} workers, {parallel} "
-                                    f"run{'s' if parallel > 1 else ''} at a time.\n\n{text}\n")
     (out / "runs.json").write_text(json.dumps({"workload": wl.key, "trials": trials, "workers": workers,
                                                "parallel": parallel,
                                                "options": asdict(options), "vendor": baseline, "summary": summary,
                                                "runs": [_run_json(r) for r in runs]}, indent=1, default=str))
-    return runs, summary, baseline
+    text = (f"# {title}\n\n{trials} trials per run, {workers} workers, {parallel} "
+            f"run{'s' if parallel > 1 else ''} at a time.\n\n{table(summary, baseline)}\n")
+    if with_breakdown:
+        text += f"\n## Where the time goes\n\n{breakdown(runs)}\n"
+    try:
+        if nnictl_port is not None:
+            overhead = nnictl_overhead(wl, runs, trials, workers, options.target, nnictl_port)
+            text += f"\n## Driver and nnictl\n\n{overhead}\n"
+    finally:  # the tables so far stay, should the nnictl experiments fail
+        (out / "summary.md").write_text(text)
+    return runs, summary, baseline, text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"of {', '.join(TUNERS)}; name:N runs N seeds of that tuner")
     p.add_argument("--trials", type=int, default=128, help="measured trials per run (default 128)")
     p.add_argument("--seeds", type=int, default=1, help="seeds per tuner unless name:N says (default 1)")
-    p.add_argument("--workers", type=int, default=4,
-                   help="trials measured at once by the driver, as trialConcurrency (default 4)")
+    p.add_argument("--workers", type=int, default=space.CONCURRENCY,
+                   help=f"trials measured at once by the driver, as trialConcurrency (default {space.CONCURRENCY})")
     p.add_argument("--parallel", type=int, default=1,
                    help="runs at a time (default 1: each run alone, for wall times and rates)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))
@@ -331,9 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run each driver tuner once through nnictl (one seed) for NNI's overhead")
     p.add_argument("--port", type=int, default=8080, help="web UI port of the --nnictl experiments")
     args = p.parse_args(argv)
-    op, _, spec = args.workload.partition("/")
     try:
-        wl = parse(op, spec)
+        wl = parse_name(args.workload)
         runs_plan = plan(args.tuners, args.seeds)
     except (SpecError, ValueError) as err:
         p.error(str(err))
@@ -343,15 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("results") / wl.op / wl.spec / time.strftime("%Y%m%d-%H%M%S")
     records = None if args.no_record else Records(args.records)
     options = Options(target=args.target, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
-    runs, summary, _ = compare(wl, runs_plan, args.trials, out, args.workers, options, records,
-                               not args.no_progress, not args.no_vendor, args.parallel)
-    text = (out / "summary.md").read_text()
-    if args.breakdown:
-        text += f"\n## Where the time goes\n\n{breakdown(runs, args.workers)}\n"
-    if args.nnictl:
-        overhead = nnictl_overhead(wl, runs, args.trials, args.workers, args.target, args.port)
-        text += f"\n## Driver and nnictl\n\n{overhead}\n"
-    (out / "summary.md").write_text(text)
+    *_, text = compare(wl, runs_plan, args.trials, out, args.workers, options, records, not args.no_progress,
+                       not args.no_vendor, args.parallel, args.breakdown, args.port if args.nnictl else None)
     print(text)
     print(f"wrote {out / 'trials.csv'}, {out / 'convergence.png'}, {out / 'summary.md'}, {out / 'runs.json'}",
           file=sys.stderr)

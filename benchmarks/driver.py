@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import nni
@@ -45,6 +46,8 @@ from trial.measure import MeasureResult, Options, measure
 from trial.records import Records
 from trial.workload import Workload
 from tuners.space import twin_space
+
+from .plots import best_so_far
 
 
 class SeededEvolutionTuner(EvolutionTuner):
@@ -67,11 +70,10 @@ class SeededEvolutionTuner(EvolutionTuner):
             self._random_generate_individual()
 
 
-_BUILTIN_CLASSES = {"TPE": "nni.algorithms.hpo.tpe_tuner.TpeTuner",
-                    "Random": "nni.algorithms.hpo.random_tuner.RandomTuner",
+_BUILTIN_CLASSES = {"Random": "nni.algorithms.hpo.random_tuner.RandomTuner",
                     "Evolution": "benchmarks.driver.SeededEvolutionTuner"}
-"""The classes behind the `name`s of NNI's built-in tuners in `trial.space.BUILTIN_TUNERS` (the seeded
-Evolution in place of NNI's)."""
+"""The classes behind the NNI built-in `name`s in `trial.space.BUILTIN_TUNERS` (the seeded Evolution in
+place of NNI's); entries there with a `className` (TPE: `tuners.tpe.TPETuner`) name their class."""
 
 TUNERS = (*space.TUNERS, *space.BUILTIN_TUNERS)
 """Tuners the driver runs: the suite's on its space, NNI's built-ins on the twin space."""
@@ -94,7 +96,6 @@ class Trial:
     index: int  # 1-based, in the order the results arrived (the order the tuner learnt them)
     parameter_id: int | None
     result: MeasureResult
-    proposed: Any  # the parameters as the tuner proposed them (twin-encoded for NNI's built-ins)
     finished_s: float  # seconds from the start of the run to this result
     seconds: float  # the measurement's own duration
 
@@ -109,9 +110,16 @@ class Run:
     wall_s: float = 0.0
     tuner_s: float = 0.0  # time spent inside the tuner's methods (MetaSchedule: its search and cost model)
     setup_s: float = 0.0  # one-off start-up before the first trial (MetaSchedule's process and imports)
+    workers: int = 1  # trials measured at once (the trial concurrency; MetaSchedule: 1)
     ended: str = ""  # "budget", or "no more trials" when the tuner ran out first
     final: MeasureResult | None = None  # MetaSchedule: its best schedule timed through the suite's run path
     experiment: str | None = None  # the records' experiment name
+
+    @cached_property
+    def curve(self) -> list[float]:
+        """Best GFLOPS so far after each trial (failed trials count as 0); computed once, so read it when
+        the run is complete."""
+        return best_so_far([t.result.gflops if t.result.status == "ok" else 0.0 for t in self.trials])
 
 
 Evaluate = Callable[[dict[str, Any]], MeasureResult]
@@ -132,7 +140,7 @@ def drive(tuner: Tuner, search_space: dict[str, Any], trials: int, workers: int,
     """
     if trials < 1 or workers < 1:
         raise ValueError(f"trials and workers must be positive, got {trials} and {workers}")
-    run = Run(tuner=type(tuner).__name__, seed=-1)
+    run = Run(tuner=type(tuner).__name__, seed=-1, workers=workers)
     start = time.perf_counter()
     ids = itertools.count()
     proposed: dict[int, Any] = {}  # NNI's _trial_params
@@ -179,8 +187,7 @@ def drive(tuner: Tuner, search_space: dict[str, Any], trials: int, workers: int,
                 call(tuner.receive_trial_result, parameter_id, proposed[parameter_id], report,
                      customized=False, trial_job_id=str(parameter_id))
                 call(tuner.trial_end, parameter_id, True)
-                trial = Trial(len(run.trials) + 1, parameter_id, result, proposed[parameter_id],
-                              time.perf_counter() - start, seconds)
+                trial = Trial(len(run.trials) + 1, parameter_id, result, time.perf_counter() - start, seconds)
                 run.trials.append(trial)
                 if on_trial:
                     on_trial(trial)

@@ -2,11 +2,13 @@
 
     python -m benchmarks.experiments mm/N512K1024M1024 --tuners opevo gbfs na2c --trials 128 [--together]
 
-Each tuner's experiment is written to a scratch folder with the given trial budget and run to
-the end exactly as a user runs it.  Per tuner it prints the best GFLOPS, the trials it took to
-reach 95 % of that, the wall time per trial, and (on CUDA) cuBLAS/cuDNN FP32 with TF32 off
-measured in the same run.  --together runs the tuners' experiments at the same time (the trials'
-device lock still serialises timing), which saves machine time but shares the CPU among them.
+The experiment folder is written once to a scratch folder with the given trial budget and no warm
+start (each tuner starts cold, so runs are independent of earlier records), and each tuner's
+experiment is run to the end exactly as a user runs it, then stopped.  Per tuner it prints the best
+GFLOPS, the trials it took to reach 95 % of that, the wall time per trial, and (on CUDA, with
+PyTorch) cuBLAS/cuDNN FP32 with TF32 off measured in the same run.  --together runs the tuners'
+experiments at the same time (the trials' device lock still serialises timing), which saves machine
+time but shares the CPU among them.
 """
 from __future__ import annotations
 
@@ -14,43 +16,82 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from trial import space, tune
+from trial.measure import Options
+from trial.workload import Workload, parse_name
 
-from .compare import trials_to
-from .plots import best_so_far
-from trial.workload import parse
+from .plots import best_so_far, trials_to
+from .vendor import baseline
 
 
-def run_one(wl, tuner: str, trials: int, concurrency: int, port: int, root: Path, timeout_s: float) -> dict:
-    folder = space.write(wl, root / tuner, max_trials=trials, concurrency=concurrency)
-    start = time.monotonic()
+@dataclass
+class Experiment:
+    """One finished `nnictl create` experiment, stopped."""
+
+    tuner: str
+    id: str
+    final: str  # NNI's last status
+    records: list[tune.TrialRecord]
+    started: float  # time.time() at `nnictl create`
+    wall_s: float  # from `nnictl create` to the end of the wait
+    last_end: float | None  # NNI's end time (time.time() scale) of the last trial to end, if one ended
+
+
+def write_folder(wl: Workload, root: Path, trials: int, concurrency: int) -> Path:
+    """The experiment folder of `wl` under `root` for benchmarks: every tuner's config, no warm start.
+
+    Written once and shared by the tuners' experiments; starting cold keeps a benchmark's runs
+    independent of earlier records (and of each other).
+    """
+    return space.write(wl, root, max_trials=trials, concurrency=concurrency, warm_start=False)
+
+
+def nnictl_experiment(folder: Path, tuner: str, port: int, timeout_s: float = 24 * 3600, poll_s: float = 5.0,
+                      progress: Callable[[str, list[tune.TrialRecord]], None] | None = None) -> Experiment:
+    """Run `tuner`'s experiment of `folder` (see `write_folder`) through nnictl to its end, then stop it.
+
+    The experiment is stopped whatever happens once it is created.
+    """
+    started, start = time.time(), time.monotonic()
     exp_id = tune.create(folder / f"config_{tuner}.yml", port)
+    try:
+        final = tune.wait(port, timeout_s=timeout_s, poll_s=poll_s, progress=progress)
+        wall = time.monotonic() - start
+        records = tune.trials(port)
+        ends = [job["endTime"] / 1000 for job in tune._api(port, "/trial-jobs") if job.get("endTime")]
+    finally:
+        tune.nnictl("stop", exp_id, check=False)
+    return Experiment(tuner, exp_id, final, records, started, wall, max(ends) if ends else None)
+
+
+def run_one(folder: Path, tuner: str, port: int, timeout_s: float) -> dict:
+    start = time.monotonic()
 
     def progress(state: str, records: list) -> None:
         top = tune.best(records)
         print(f"[{time.monotonic() - start:6.0f} s] {tuner}: {state}, {sum(1 for r in records if r.metric)} measured,"
               f" best {top.metric['gflops'] if top else 0:.1f} GFLOPS", flush=True)
 
-    final = tune.wait(port, timeout_s=timeout_s, poll_s=10, progress=progress)
-    wall = time.monotonic() - start
-    records = tune.trials(port)
-    tune.nnictl("stop", exp_id, check=False)
+    done = nnictl_experiment(folder, tuner, port, timeout_s=timeout_s, poll_s=10, progress=progress)
+    records = done.records
     order = sorted(records, key=lambda r: int(r.parameter_id if r.parameter_id is not None else 1 << 30))
     curve = best_so_far([r.metric["gflops"] if r.metric and r.metric.get("status") == "ok" else 0.0
                          for r in order])
-    best = curve[-1] if curve else 0.0
-    to95 = trials_to(0.95, curve)
     statuses: dict[str, int] = {}
     for r in records:
         s = r.metric["status"] if r.metric else f"nni:{r.status}"
         statuses[s] = statuses.get(s, 0) + 1
-    return {"tuner": tuner, "experiment": exp_id, "final_status": final, "trials": len(records),
-            "best_gflops": best, "trials_to_95": to95, "wall_s": wall, "wall_per_trial_s": wall / max(1, len(records)),
-            "statuses": statuses, "curve": curve,
-            "best_params": (tune.best(records).metric["params"] if tune.best(records) else None)}
+    top = tune.best(records)
+    return {"tuner": tuner, "experiment": done.id, "final_status": done.final, "trials": len(records),
+            "best_gflops": curve[-1] if curve else 0.0, "trials_to_95": trials_to(0.95, curve),
+            "wall_s": done.wall_s, "wall_per_trial_s": done.wall_s / max(1, len(records)),
+            "statuses": statuses, "curve": curve, "best_params": top.metric["params"] if top else None,
+            "target": top.metric.get("target", "") if top else ""}
 
 
 def main() -> None:
@@ -64,19 +105,14 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=24 * 3600, help="stop each experiment after this many seconds")
     p.add_argument("--json", help="write the summary (with each tuner's best-so-far curve) here")
     args = p.parse_args()
-    op, spec = args.workload.split("/")
-    wl = parse(op, spec)
-    root = Path(tempfile.mkdtemp(prefix="opevo-bench-"))
+    wl = parse_name(args.workload)
+    folder = write_folder(wl, Path(tempfile.mkdtemp(prefix="opevo-bench-")), args.trials, args.concurrency)
     jobs = [(t, args.port + i) for i, t in enumerate(args.tuners)]
     with ThreadPoolExecutor(len(jobs) if args.together else 1) as pool:
-        rows = list(pool.map(lambda j: run_one(wl, j[0], args.trials, args.concurrency, j[1], root, args.timeout), jobs))
-    vendor = None
-    if any(r["best_params"] for r in rows):
-        try:
-            from .vendor import time_vendor
-            vendor = time_vendor(wl)
-        except (ImportError, RuntimeError, AssertionError):
-            vendor = None  # no PyTorch or no CUDA device: no vendor baseline here
+        rows = list(pool.map(lambda j: run_one(folder, j[0], j[1], args.timeout), jobs))
+    # the trials time with their own defaults (python -m trial: Options' repeat settings)
+    vendor = next((baseline(wl, r["target"], Options.repeat, Options.min_repeat_ms) for r in rows
+                   if r["best_params"]), None)
     print(f"{args.workload}: {args.trials} trials per tuner, concurrency {args.concurrency}"
           f"{', experiments run together' if args.together else ''}")
     print(f"{'tuner':8} {'best GFLOPS':>12} {'to 95%':>7} {'s/trial':>8} {'vs vendor':>10}  statuses")

@@ -3,7 +3,7 @@
     python -m benchmarks.handpicked [--target auto] [op/spec ...]   (default: the original study's eight)
 
 Prints one row per workload: status, GFLOPS, latency, and on CUDA the cuBLAS/cuDNN FP32 (TF32 off)
-figures measured in the same run, with the ratio.
+figures measured in the same run (where PyTorch is installed), with the ratio.
 """
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import argparse
 import json
 
 from trial.measure import Options, measure
-from trial.workload import parse
+from trial.workload import parse_name
+
+from .vendor import baseline
 
 STUDY = ["mm/N512K1024M1024", "mm/N512K1024M4096", "mm/N512K4096M1024", "bmm/B960N128K128M64PNN",
          "bmm/B960N128K128M64PTN", "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0",
@@ -24,17 +26,15 @@ def main() -> None:
     p.add_argument("--target", default="auto")
     p.add_argument("--json", help="also write the rows to this file")
     args = p.parse_args()
+    options = Options(target=args.target)
     rows = []
     print(f"{'workload':34} {'status':9} {'GFLOPS':>9} {'ms':>9} {'vendor GFLOPS':>14} {'ratio':>6}")
     for name in args.workloads:
-        op, spec = name.split("/")
-        wl = parse(op, spec)
-        r = measure(wl, None, Options(target=args.target))
+        wl = parse_name(name)
+        r = measure(wl, None, options)
         row = {"workload": name, **r.report()}
-        vendor = None
-        if r.target.startswith("cuda"):
-            from .vendor import time_vendor
-            vendor = time_vendor(wl)
+        vendor = baseline(wl, r.target, options.repeat, options.min_repeat_ms)
+        if vendor:
             row["vendor"] = vendor
         ratio = f"{r.gflops / vendor['gflops']:.2f}" if vendor else "-"
         print(f"{name:34} {r.status:9} {r.gflops:9.1f} {r.latency_ms or 0:9.3f} "

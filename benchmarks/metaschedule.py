@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trial.measure import MeasureResult, Options
+from trial.measure import MeasureResult, Options, error_reason
 from trial.workload import Workload, parse
 
 from .driver import Progress, Run, Trial
@@ -33,11 +33,6 @@ from .driver import Progress, Run, Trial
 TRIALS_PER_ITER = 64  # tune_tir's default number of candidates measured per search iteration
 _INTRINSICS = {"cuda": ("cuda",), "rocm": ("rocm",), "llvm": ("x86", "arm_cpu", "riscv_cpu")}
 _ROOT = str(Path(__file__).resolve().parent.parent)
-
-
-def _reason(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:600]
 
 
 def _register_intrinsics(kind: str) -> None:
@@ -149,8 +144,8 @@ def _final(wl: Workload, sch: Any, ms_target: Any, target: Any, options: Options
     """Compile the best schedule, then verify and time it as every trial of the suite is."""
     import tvm
 
-    from trial import devicelock
     from trial import run as trial_run
+    from trial.verify import Reference
 
     if sch is None:
         return {"status": "invalid", "reason": "MetaSchedule found no valid schedule"}
@@ -158,19 +153,12 @@ def _final(wl: Workload, sch: Any, ms_target: Any, target: Any, options: Options
     try:
         lib = tvm.compile(sch.mod, target=ms_target)
     except Exception as err:  # the tuned schedule fails to compile outside MetaSchedule's builder
-        return {"status": "compile_error", "reason": _reason(err)}
+        return {"status": "compile_error", "reason": error_reason(err)}
     built = time.perf_counter() - start
-    with devicelock.acquire(target.kind, target.num_devices) as index:
-        try:
-            timing = trial_run.run(wl, lib.mod, target.device(index), options.repeat, options.min_repeat_ms,
-                                   options.seed)
-        except trial_run.WrongResult as err:
-            return {"status": "wrong_result", "reason": str(err), "build_s": built}
-        except Exception as err:
-            return {"status": "runtime_error", "reason": _reason(err), "build_s": built}
-    return {"status": "ok", "gflops": wl.flops / timing.median_s / 1e9, "latency_ms": timing.median_s * 1e3,
-            "latency_std_ms": timing.std_s * 1e3, "build_s": built, "device_index": index,
-            "extra": {"repeats_ms": [r * 1e3 for r in timing.repeats], "trace": str(sch.trace)}}
+    result = trial_run.on_device(lib.mod, target, Reference.of(wl, options.seed), options.repeat,
+                                 options.min_repeat_ms)
+    result["extra"] = {**result.get("extra", {}), "trace": str(sch.trace)}
+    return {**result, "build_s": built}
 
 
 def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Options, work_dir: str) -> None:
@@ -193,8 +181,7 @@ def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Optio
         return
     _register_intrinsics(target.kind)
     ms_target = _ms_target(target)
-    arch = target.target.get("arch") or target.target.get("mcpu", "")
-    conn.send(("target", {"target": f"{target.kind} {arch}".strip(), "device": target.device_name}))
+    conn.send(("target", {"target": target.label, "device": target.device_name}))
     TimedBuilder, LockedRunner, Report = _classes()
     builder = TimedBuilder(ms.builder.LocalBuilder(f_build=build, timeout_sec=options.build_timeout_s))
     evaluator = ms.runner.EvaluatorConfig(number=1, repeat=options.repeat, min_repeat_ms=options.min_repeat_ms)
@@ -210,7 +197,7 @@ def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Optio
                                seed=seed)
         best = ms.tir_integration.compile_tir(database, func, ms_target)
     except Exception as err:  # MetaSchedule itself failed: the run ends with what it measured
-        conn.send(("final", {"status": "runtime_error", "reason": f"MetaSchedule failed: {_reason(err)}"}))
+        conn.send(("final", {"status": "runtime_error", "reason": f"MetaSchedule failed: {error_reason(err)}"}))
         return
     conn.send(("tuned", None))
     conn.send(("final", _final(wl, best, ms_target, target, options)))
@@ -224,7 +211,7 @@ def run(wl: Workload, trials: int, seed: int, work_dir: str | os.PathLike[str], 
     receiver, sender = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(sender, wl.op, wl.spec, trials, seed, options, str(work_dir)),
                        daemon=False)
-    out = Run("metaschedule", seed)
+    out = Run("metaschedule", seed, workers=1)
     bar = Progress(trials, f"metaschedule seed {seed}", progress)
     where: dict[str, str] = {}
     start = time.perf_counter()
@@ -248,7 +235,7 @@ def run(wl: Workload, trials: int, seed: int, work_dir: str | os.PathLike[str], 
             elif kind == "trial":
                 result = MeasureResult(**payload, **where)
                 seconds = sum(result.extra["stages"].values())
-                out.trials.append(Trial(len(out.trials) + 1, None, result, None, now, seconds))
+                out.trials.append(Trial(len(out.trials) + 1, None, result, now, seconds))
                 bar.add(result)
             elif kind == "tuned":
                 tuned_at = now

@@ -1,4 +1,7 @@
-"""The convergence figure of a comparison: best GFLOPS so far against trials, per tuner over its seeds."""
+"""The convergence figure of a comparison: best GFLOPS so far against trials, per tuner over its seeds.
+
+Also the curve figures the tables use (`best_so_far`, `trials_to`).
+"""
 from __future__ import annotations
 
 import os
@@ -10,6 +13,13 @@ import numpy as np
 def best_so_far(gflops: Sequence[float]) -> list[float]:
     """The running maximum: what a tuner has found after each trial (failed trials count as 0)."""
     return [float(v) for v in np.maximum.accumulate(np.asarray(gflops, dtype=float))] if len(gflops) else []
+
+
+def trials_to(fraction: float, values: Sequence[float]) -> int | None:
+    """The first trial (1-based) at which the best so far `values` reach `fraction` of the run's own best."""
+    if not values or values[-1] <= 0:
+        return None
+    return next(i + 1 for i, v in enumerate(values) if v >= fraction * values[-1])
 
 
 def spread(curves: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

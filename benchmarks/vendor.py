@@ -1,15 +1,41 @@
 """Vendor-library baselines through PyTorch: cuBLAS (mm, bmm) and cuDNN (conv), FP32 with TF32 off.
 
 PyTorch is not a dependency of the suite; these baselines run where it is installed (GPU machines).
+The benchmarks call `baseline`, which times the library only where that makes sense and under the
+device lock, with the run's repeat settings.
 """
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
+from trial import devicelock
+from trial.measure import Options
 from trial.workload import Workload
 
 
-def time_vendor(wl: Workload, repeat: int = 5, min_repeat_ms: float = 40.0) -> dict[str, float]:
+def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
+             min_repeat_ms: float = Options.min_repeat_ms) -> dict[str, Any] | None:
+    """The vendor library on `wl` (`time_vendor`) under the CUDA device lock, or None where it has no figure.
+
+    `target` is where the kernels ran: a target kind or a measurement's target string ("cuda sm_90"),
+    or an object with a `kind`.  None unless that is CUDA, PyTorch is installed and sees a CUDA device.
+    """
+    kind = getattr(target, "kind", target) or ""
+    if not str(kind).startswith("cuda"):
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    with devicelock.acquire("cuda", 1):
+        return time_vendor(wl, repeat, min_repeat_ms)
+
+
+def time_vendor(wl: Workload, repeat: int = Options.repeat,
+                min_repeat_ms: float = Options.min_repeat_ms) -> dict[str, Any]:
     """Median latency (ms) and GFLOPS of the vendor library on `wl`, on the current CUDA device."""
     import torch
     import torch.nn.functional as F

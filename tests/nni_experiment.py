@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from trial import space, tune
-from trial.workload import parse
+from trial.workload import parse_name
 
 
 def free_port() -> int:
@@ -18,10 +18,14 @@ def free_port() -> int:
 
 
 def write_config(tmp_path: Path, workload: str, tuner: str, trials: int, concurrency: int = 2,
-                 seed: int | None = None) -> Path:
-    """The generated config of `tuner` for `workload`, with NNI's files kept under tmp_path/nni."""
-    folder = space.write(parse(*workload.split("/")), tmp_path / "experiments", max_trials=trials,
-                         concurrency=concurrency)
+                 seed: int | None = None, warm_start: bool = False) -> Path:
+    """The generated config of `tuner` for `workload`, with NNI's files kept under tmp_path/nni.
+
+    Warm start from the records store (the suite's tuners) is off unless asked for, so an experiment
+    runs its own search.
+    """
+    folder = space.write(parse_name(workload), tmp_path / "experiments", max_trials=trials,
+                         concurrency=concurrency, warm_start=warm_start)
     path = folder / f"config_{tuner}.yml"
     config = yaml.safe_load(path.read_text())
     config["experimentWorkingDirectory"] = str(tmp_path / "nni")
@@ -29,6 +33,18 @@ def write_config(tmp_path: Path, workload: str, tuner: str, trials: int, concurr
         config["tuner"]["classArgs"]["seed"] = seed
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def log_tail(config: Path, exp_id: str, lines: int = 30) -> str:
+    """The end of an experiment's manager and dispatcher logs, for the message of a failed assertion."""
+    folder = Path(yaml.safe_load(config.read_text())["experimentWorkingDirectory"]) / exp_id / "log"
+    tails = []
+    for name in ("nnimanager.log", "dispatcher.log"):
+        log = folder / name
+        text = [line[:300] for line in log.read_text(errors="replace").splitlines()[-lines:]] if log.exists() \
+            else ["(missing)"]
+        tails.append("\n".join([f"--- {log}", *text]))
+    return "\n".join(tails)
 
 
 @contextmanager

@@ -1,14 +1,17 @@
 """Benchmarks: the driver plays NNI's dispatcher faithfully; a tiny CPU comparison writes its CSV, plot, table."""
 import csv
+import itertools
 import threading
 from collections import deque
 
 import pytest
+import yaml
 from nni.tuner import Tuner
 
-from benchmarks import compare, driver
+from benchmarks import compare, driver, experiments, vendor
+from trial import space as trial_space
 from trial import templates
-from trial.measure import STATUSES, MeasureResult
+from trial.measure import STAGES, STATUSES, MeasureResult
 from trial.records import Records
 from trial.workload import parse
 from tuners.opevo import OpEvoTuner
@@ -96,7 +99,7 @@ def test_queued_requests_of_a_suite_tuner_are_answered_through_st_callback():
     assert len(set(configs)) == 10
 
 
-@pytest.mark.parametrize("name", ["opevo", "gbfs", "random", "tpe"])
+@pytest.mark.parametrize("name", ["opevo", "gbfs", "na2c", "random", "tpe"])
 def test_no_more_trials_ends_the_run_on_a_tiny_space(name):
     tuner, twin = driver.make_tuner(name, seed=1)
     space = twin_space(TINY) if twin else TINY
@@ -104,6 +107,27 @@ def test_no_more_trials_ends_the_run_on_a_tiny_space(name):
                        evaluate=lambda params: fake_measure(from_twin(TINY, params)))
     assert run.ended == "no more trials"
     assert sorted(t.result.params["a"] for t in run.trials) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("name", driver.TUNERS)
+def test_make_tuner_builds_the_experiments_tuner_seeded(name):
+    """The experiment configs' class (the seeded Evolution in place of NNI's), the twin space for built-ins."""
+    tuner, twin = driver.make_tuner(name, seed=1)
+    assert twin == (name in trial_space.BUILTIN_TUNERS)
+    spec = trial_space.BUILTIN_TUNERS[name] if twin else trial_space.TUNERS[name]
+    assert f"{type(tuner).__module__}.{type(tuner).__qualname__}" == (spec.get("className")
+                                                                       or driver._BUILTIN_CLASSES[spec["name"]])
+
+    def proposals():
+        tuner, twin = driver.make_tuner(name, seed=1)
+        run = driver.drive(tuner, twin_space(TINY) if twin else TINY, trials=6, workers=1,
+                           evaluate=lambda params: fake_measure(from_twin(TINY, params)))
+        assert run.workers == 1
+        return [t.result.params["a"] for t in run.trials]
+
+    first = proposals()
+    assert first and set(first) <= {1, 2, 3}
+    assert proposals() == first  # the same seed proposes the same
 
 
 def test_run_records_every_measurement_and_builtins_get_the_twin_space():
@@ -155,14 +179,57 @@ def test_compare_on_the_cpu(tmp_path, capsys):
     assert all(r["status"] == "ok" for r in rows if r["kind"] == "final")
     assert len(rows) == len(tuners) * seeds * trials + seeds
 
-    png = (out / "convergence.png").read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    from matplotlib.image import imread
+
+    image = imread(out / "convergence.png")
+    assert image.ndim == 3 and image.shape[2] in (3, 4) and min(image.shape[:2]) >= 200
+    assert len({tuple(px) for px in image.reshape(-1, image.shape[2])[::97]}) > 5  # lines and labels, not blank
 
     printed = capsys.readouterr().out
     assert "| tuner | runs | trials | best GFLOPS (median) |" in printed and "## Where the time goes" in printed
     for tuner in tuners:
         assert f"| {tuner} | {seeds} | {trials} |" in printed
+    section = printed.split("## Where the time goes", 1)[1].strip().splitlines()
+    head = [c.strip() for c in section[0].strip().strip("|").split("|")]
+    assert head[:2] == ["tuner", "trials/s"] and head[5:5 + len(STAGES)] == list(STAGES)
+    body = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in itertools.takewhile(str.strip, section[2:])]
+    assert [row[0] for row in body] == tuners  # one row per tuner
+    for row in body:
+        cells = dict(zip(head, row, strict=True))
+        assert float(cells["trials/s"]) > 0 and float(cells["trial"]) > 0, row
+        assert all(float(cells[stage]) >= 0 for stage in STAGES), row
+        assert float(cells["workers busy"].removesuffix("%")) > 0, row
     assert (out / "summary.md").read_text().strip() == printed.strip()
     kept = Records(tmp_path / "records.sqlite").query(workload="mm/N32K32M32PNN")
     assert len(kept) == (len(tuners) - 1) * seeds * trials  # MetaSchedule's schedules are no knob configs
     assert all(r.experiment.startswith("bench-") for r in kept)
+
+
+def test_vendor_baseline_only_on_cuda():
+    wl = parse("mm", "N32K32M32")
+    assert vendor.baseline(wl, "llvm") is None and vendor.baseline(wl, "") is None
+
+
+def test_benchmark_experiments_start_cold(tmp_path):
+    wl = parse("mm", "N32K32M32")
+    folder = experiments.write_folder(wl, tmp_path, trials=8, concurrency=2)
+    for tuner in trial_space.TUNERS:
+        config = yaml.safe_load((folder / f"config_{tuner}.yml").read_text())
+        assert config["tuner"]["classArgs"]["warm_start"] is False and config["maxTrialNumber"] == 8
+    default = trial_space.config(wl, "opevo", tmp_path)
+    assert default["tuner"]["classArgs"]["warm_start"] is True  # the checked-in experiments warm-start
+
+
+def test_nnictl_experiment_is_stopped_when_following_it_fails(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(experiments.tune, "create", lambda config, port: calls.append(("create", config.name)) or "X")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("web UI gone")
+
+    monkeypatch.setattr(experiments.tune, "wait", broken)
+    monkeypatch.setattr(experiments.tune, "nnictl", lambda *args, check=True: calls.append(args))
+    with pytest.raises(RuntimeError, match="web UI gone"):
+        experiments.nnictl_experiment(tmp_path, "opevo", 8080)
+    assert calls == [("create", "config_opevo.yml"), ("stop", "X")]

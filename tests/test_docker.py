@@ -97,7 +97,6 @@ def test_env_target_runs_the_container_with_device_flags_and_nothing_broader(tar
     # the one mount is the repository: never the host's root, nothing else of the host
     assert option_values(run, "-v", "--volume") == [f"{ROOT}:{CONTAINER_REPO}"]
     assert not option_values(run, "--mount")
-    assert "-v /:" not in " ".join(make_dry_run(target)) and "--privileged" not in " ".join(make_dry_run(target))
     broad = {"--privileged", "--cap-add", "--security-opt", "--pid", "--ipc", "--network", "--net", "--userns"}
     assert not [w for w in run if w.split("=", 1)[0] in broad], run
     assert "--rm" in run and "--init" in run

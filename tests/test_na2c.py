@@ -13,7 +13,7 @@ import tuner_harness as h
 from tuner_harness import CONV, MM, SPACES, TINY, FakeNNI, is_neighbour, keys, objective, ok
 from tuner_harness import no_checkpoint_dir  # noqa: F401 - the fixture applies here too
 
-from tuners.na2c import MLP, Adam, NA2CTuner, a2c_update, log_prob_grad, moves, policy, value_grad
+from tuners.na2c import GAMMA, MLP, Adam, NA2CTuner, a2c_update, log_prob_grad, moves, policy, value_grad
 from tuners.space import Config, SearchSpace
 
 
@@ -106,7 +106,7 @@ def test_a2c_update_ascends_the_advantage(reward: float) -> None:
     x, x_next, mask, action = rng.random(4), rng.random(4), np.array([True, True, False, True, True]), 3
     before = copy.deepcopy(actor)
     p_before = policy(actor, x, mask)[0][action]
-    target = reward + 0.5 * float(critic.forward(x_next)[0][0])
+    target = reward + GAMMA * float(critic.forward(x_next)[0][0])
     error_before = abs(float(critic.forward(x)[0][0]) - target)
 
     advantage = a2c_update(actor, critic, actor_opt, critic_opt, x, mask, action, reward, x_next)

@@ -41,7 +41,39 @@ def test_proposals_are_valid_unique_plain_json() -> None:
     assert len(nni_.proposed) == 150
     for config in nni_.proposed:
         space.validate(config)
+        h.assert_plain_json(config)  # FakeNNI records the tuner's answers as they are, not JSON round-tripped
     assert len(set(keys(MATMUL, nni_.proposed))) == 150
+
+
+class TupleTuner(OpEvoTuner):
+    """Proposes tiles as tuples, which NNI would hand to the trial as lists: from the `after`-th proposal on."""
+
+    def __init__(self, after: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.after = after
+
+    def propose(self) -> dict | None:
+        config = super().propose()
+        if config is None or len(self._entries) < self.after:
+            return config
+        return {name: tuple(v) if isinstance(v, list) else v for name, v in config.items()}
+
+
+def test_harness_rejects_answers_that_are_not_plain_json() -> None:
+    # Answered directly by generate_multiple_parameters.
+    with pytest.raises(AssertionError, match="not (plain JSON|a JSON array)"):
+        FakeNNI(h.make_tuner(TupleTuner, MATMUL, seed=0), lambda c: ok(gflops(c))).run(4)
+    # Sent later through st_callback: with μ = 1 the second request waits for the first result.
+    nni_ = FakeNNI(h.make_tuner(TupleTuner, MATMUL, after=1, offspring_size=1, seed=0), lambda c: ok(gflops(c)),
+                   concurrency=2)
+    nni_.request(2)
+    assert len(nni_.proposed) == 1
+    with pytest.raises(AssertionError, match="not (plain JSON|a JSON array)"):
+        nni_.finish_one()
+    for bad in ({"a": (1, 2)}, {"a": [1, (2,)]}, {1: 2}, {"a": math.nan}, {"a": [object()]}):
+        with pytest.raises((AssertionError, TypeError, ValueError)):
+            h.assert_plain_json(bad)
+    h.assert_plain_json({"a": [1, 2.5, "x", True, None, {"b": []}]})
 
 
 def test_same_seed_same_run() -> None:
@@ -170,6 +202,24 @@ def test_failed_trials_are_not_reproposed_nor_parents() -> None:
     assert all(c["vec"] != 4 and c["unroll"] != 512 for c, _ in tuner.parents())
     assert len(tuner.parents()) == 4
     assert all(v is not None for _, v in tuner.measured())
+
+
+@pytest.mark.parametrize("optimize_mode", ["maximize", "minimize"])
+def test_parents_are_the_fittest_best_first_oldest_first_among_equals(optimize_mode: str) -> None:
+    tuner = make_tuner(parents_size=4, offspring_size=8, seed=0, optimize_mode=optimize_mode)
+    configs = tuner.generate_multiple_parameters(list(range(8)))
+    values = [3.0, 5.0, 1.0, 5.0, 2.0, 3.0, 4.0, 5.0]
+    for pid, (config, value) in enumerate(zip(configs, values)):
+        tuner.receive_trial_result(pid, config, ok(value))
+    sign = 1 if optimize_mode == "maximize" else -1
+    ranked = sorted(zip(configs, values), key=lambda item: sign * item[1], reverse=True)  # stable: oldest first
+    assert tuner.parents() == ranked[:4]
+    assert tuner.best() == ranked[0]
+    assert tuner.top(100) == ranked
+    # What they return are copies: changing them leaves the measurements as they were.
+    tuner.parents()[0][0]["K"][0] = -1
+    tuner.best()[0]["X"].append(7)
+    assert tuner.parents() == ranked[:4] and tuner.measured() == list(zip(configs, values))
 
 
 def test_results_are_paired_by_parameter_id() -> None:

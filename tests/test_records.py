@@ -7,18 +7,27 @@ import sqlite3
 import time
 
 import numpy as np
+import pytest
 import tvm
 
 from trial import records, verify
 from trial.measure import MeasureResult, Options, measure
 from trial.records import Records
+from trial.templates.common import PIPELINE_DEPTHS
+from trial.templates.matmul import UNROLL_STEPS, VECTOR_WIDTHS
 from trial.workload import parse
 
 WL = parse("mm", "N32K32M32")
 
 
+def knobs(i: int) -> dict:
+    """Valid knobs of WL, distinct for i < 45."""
+    return {"K": [1, 2, 4, 4], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": UNROLL_STEPS[i % 5],
+            "vec": VECTOR_WIDTHS[i // 5 % 3], "pipeline": PIPELINE_DEPTHS[i // 15 % 3]}
+
+
 def fake(gflops: float, i: int = 0, status: str = "ok", device: str = "gpu A") -> MeasureResult:
-    return MeasureResult(status, "" if status == "ok" else "why", {"K": [i, 1, 1]}, gflops,
+    return MeasureResult(status, "" if status == "ok" else "why", knobs(i), gflops,
                          1.0 / max(gflops, 1e-9) if status == "ok" else None, 0.0, 0.1, "cuda sm_90", device)
 
 
@@ -99,11 +108,12 @@ def test_export_writes_a_verified_library(tmp_path):
     assert report["trials"] == 1
 
     lib = tvm.runtime.load_module(str(out / "kernel.so"))  # what a user of the export does
-    inputs = verify.make_inputs(WL, seed=3)
+    reference = verify.Reference.of(WL, seed=3)
+    inputs = reference.inputs
     dev = tvm.cpu()
     c = tvm.runtime.tensor(np.zeros(WL.output_shape, "float32"), dev)
     lib["main"](*[tvm.runtime.tensor(x, dev) for x in inputs], c)
-    assert verify.check(WL, inputs, c.numpy(), seed=3) is None
+    assert reference.check(c.numpy()) is None
     np.testing.assert_allclose(c.numpy(), inputs[0].astype(np.float64) @ inputs[1], rtol=1e-4, atol=1e-4)
 
 
@@ -119,18 +129,23 @@ def test_export_refuses_a_record_of_another_device(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-def test_export_refuses_knobs_the_template_no_longer_has(tmp_path, capsys):
+def test_records_of_knobs_the_template_no_longer_has_are_skipped(tmp_path, capsys):
+    """best and export pass over them (as warm start and `make tune` do); export() itself refuses them."""
+    from trial.export import ExportError, export
     from trial.target import resolve
 
     store = Records(tmp_path / "r.sqlite")
     old = {"K": [2, 4, 4], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1}  # K had 3 parts
     store.append(WL, MeasureResult("ok", params=old, gflops=10.0, latency_ms=0.01, target="llvm",
                                    device=resolve("llvm").device_name), "exp", "t0")
-    code = records.main(["--records", str(store.path), "export", "mm/N32K32M32", "--target", "llvm",
-                         "--out", str(tmp_path / "x")])
-    assert code == 2
-    err = capsys.readouterr().err
-    assert "recorded knobs do not fit the template on this device" in err and "K: expected 4 factors, got 3" in err
+    for extra in ([], ["--out", str(tmp_path / "x")]):
+        command = "export" if extra else "best"
+        assert records.main(["--records", str(store.path), command, "mm/N32K32M32", "--target", "llvm", *extra]) == 1
+        assert "no verified record of mm/N32K32M32PNN on" in capsys.readouterr().out
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ExportError, match="recorded knobs do not fit the template on this device: .*"
+                                          "K: expected 4 factors, got 3"):
+        export(WL, store.query(WL.key)[0], tmp_path / "x", "llvm")
     assert not (tmp_path / "x").exists()
 
 
@@ -141,7 +156,18 @@ def test_tune_says_a_tuned_kernel_exists_instead_of_tuning_again(tmp_path, capsy
     folder = space.write(WL, tmp_path / "experiments", max_trials=4, concurrency=1)
     result = fake(42.0, 1, device=resolve("auto").device_name)
     Records().append(WL, result, "exp0", "t0", "opevo")  # the default store, as the trials use it
+    stale = MeasureResult("ok", params={**knobs(1), "K": [2, 4, 4]}, gflops=99.0, device=result.device)
+    Records().append(WL, stale, "exp0", "t1", "opevo")  # faster, but of knobs the template no longer has
     assert tune.main([str(folder / "config_opevo.yml"), "--port", "1"]) == 0  # port 1: nothing may start
     out = capsys.readouterr().out
     assert "a tuned kernel of mm/N32K32M32PNN" in out and "42.0 GFLOPS" in out
     assert "python -m trial.records export mm/N32K32M32PNN" in out and "RETUNE=1" in out
+
+
+def test_a_bad_workload_name_is_a_clear_error(tmp_path, capsys):
+    for argv in (["list", "--workload", "mm"], ["best", "mm/N0K1M1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            records.main(["--records", str(tmp_path / "r.sqlite"), *argv])
+        assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected op/spec, e.g. mm/N512K1024M1024, got 'mm'" in err and "N0K1M1" in err

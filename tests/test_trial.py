@@ -11,7 +11,11 @@ from trial.target import DeviceLimits, Target
 from trial.workload import parse
 from tuners.space import SearchSpace
 
-FAST = Options(target="llvm", repeat=5, min_repeat_ms=1)
+FAST = Options(target="llvm", min_repeat_ms=1)
+
+# GPU-sized workloads of each op, lowered to CUDA code for `GPU`, which this machine need not have
+GPU_WORKLOADS = [("mm", "N512K1024M1024PTN"), ("bmm", "B960N128K64M128PNT"),
+                 ("conv", "N512C3HW227F64K11ST4PD0"), ("conv", "N512C64HW27F192K5ST1PD2")]
 
 SMALL = [("mm", f"N48K32M40P{lay}") for lay in ("NN", "NT", "TN", "TT")] + \
         [("bmm", f"B3N16K24M32P{lay}") for lay in ("NN", "NT", "TN", "TT")] + \
@@ -86,19 +90,6 @@ def test_knobs_beyond_gpu_limits_are_invalid(op, spec, change, message):
         check.check(wl, template, params, GPU)
 
 
-@pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024PTN"), ("bmm", "B960N128K64M128PNT"),
-                                     ("conv", "N512C3HW227F64K11ST4PD0"), ("conv", "N512C64HW27F192K5ST1PD2")])
-def test_gpu_schedules_lower_to_cuda(op, spec):
-    """The GPU schedules pass TVM's lowering and CUDA code generation without a GPU present."""
-    wl = parse(op, spec)
-    template = templates.load(op)
-    params = template.default_params(wl, True)
-    check.check(wl, template, params, GPU)
-    lib = build.build(wl, template, params, GPU)
-    source = lib.mod.imports[0].inspect_source()
-    assert "__global__" in source and "__shared__" in source
-
-
 @pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024"), ("conv", "N512C64HW27F192K5ST1PD2")])
 def test_pipelined_shared_stages(op, spec):
     """pipeline 1 double-buffers the shared tiles; 2 fills them with cp.async, only where the GPU has it."""
@@ -124,12 +115,19 @@ def declared_shared_bytes(source):
     return sum(int(n) for n in re.findall(r"__shared__ [^;]*\[(\d+)\];", source)) * 4
 
 
-@pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024PTN"), ("bmm", "B960N128K64M128PNT"),
-                                     ("conv", "N512C3HW227F64K11ST4PD0"), ("conv", "N512C64HW27F192K5ST1PD2")])
-def test_shared_memory_estimate_matches_the_kernel(op, spec):
-    """The parent rejects knobs on `resources()` alone, so it must be what the lowered kernel allocates."""
+@pytest.mark.parametrize("op,spec", GPU_WORKLOADS)
+def test_gpu_schedules_lower_to_cuda_with_the_estimated_shared_memory(op, spec):
+    """The GPU schedules pass TVM's lowering and CUDA code generation without a GPU present, the
+    hand-picked default config and random valid ones alike. The parent rejects knobs on `resources()`
+    alone, so it must be what the lowered kernel allocates."""
     wl = parse(op, spec)
     template = templates.load(op)
+    default = template.default_params(wl, True)
+    check.check(wl, template, default, GPU)
+    source = build.build(wl, template, default, GPU).mod.imports[0].inspect_source()
+    assert "__global__" in source and "__shared__" in source
+    assert declared_shared_bytes(source) == template.resources(wl, default)["shared_bytes"], default
+
     space, rng, built = SearchSpace.from_json(template.search_space(wl)), random.Random(3), 0
     while built < 4:
         params = space.sample(rng)
@@ -151,7 +149,7 @@ def test_shared_memory_estimate_matches_the_kernel(op, spec):
     ("Wrong", {}, "wrong_result", "differ from the float64 reference"),
 ])
 def test_failures_get_their_status(template, options, status, reason):
-    opts = Options(**{**FAST.__dict__, "template": f"faulty_templates:{template}", **options})
+    opts = dataclasses.replace(FAST, template=f"faulty_templates:{template}", **options)
     r = measure(parse("mm", "N16K16M16"), None, opts)
     assert r.status == status
     assert reason in r.reason

@@ -23,7 +23,8 @@ import pytest
 
 from trial.measure import MeasureResult
 from trial.records import Records
-from trial.workload import parse
+from trial.templates import matmul
+from trial.workload import parse, parse_name
 from tuners.base import CHECKPOINT_ENV, RequestQueued, SpaceTuner, parse_metric
 from tuners.space import Config, SearchSpace
 
@@ -78,6 +79,32 @@ INVALID = {"default": 0.0, "status": "invalid"}
 """A trial's report of knobs beyond the device's limits."""
 
 
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def assert_plain_json(value: Any) -> None:
+    """`value` survives a JSON round trip as it is: dicts with str keys, lists (no tuples) and exact scalars.
+
+    NNI sends parameters to trials as JSON, so a tuple would reach the trial as a list and a numpy number
+    (or any subclass of a scalar type) as a plain one; a tuner must propose what the trial will get.
+    """
+    assert json.loads(json.dumps(value)) == value, f"not plain JSON: {value!r}"
+
+    def check(v: Any) -> None:
+        if isinstance(v, dict):
+            assert type(v) is dict and all(type(k) is str for k in v), f"not a plain JSON object: {v!r} in {value!r}"
+            for item in v.values():
+                check(item)
+        elif isinstance(v, (list, tuple)):
+            assert type(v) is list, f"not a JSON array (a {type(v).__name__}): {v!r} in {value!r}"
+            for item in v:
+                check(item)
+        else:
+            assert type(v) in _JSON_SCALARS, f"not a plain JSON scalar (a {type(v).__name__}): {v!r} in {value!r}"
+
+    check(value)
+
+
 class FakeNNI:
     """Plays NNI 3.0's dispatcher and manager: fresh ids, st_callback, one request per finished trial."""
 
@@ -96,7 +123,9 @@ class FakeNNI:
         self.exhausted = False
 
     def callback(self, parameter_id: int, params: Config) -> None:
+        """A trial job for `params`, answered directly or sent later through st_callback: plain JSON as NNI needs."""
         assert parameter_id not in self.running
+        assert_plain_json(params)
         self.running[parameter_id] = params
         self.index[parameter_id] = len(self.proposed)
         self.proposed.append(params)
@@ -107,7 +136,7 @@ class FakeNNI:
         self.next_id += n
         answered = self.tuner.generate_multiple_parameters(ids, st_callback=self.callback)
         for pid, params in zip(ids, answered):
-            self.callback(pid, json.loads(json.dumps(params)))
+            self.callback(pid, params)
         if not answered and not self.running:
             self.exhausted = True
 
@@ -257,17 +286,23 @@ PEAK = {"K": [64, 8, 2], "X": [4, 2, 16, 4], "Y": [8, 2, 16, 4], "unroll": 512, 
 """Where `constrained` peaks: 64x128 block tiles of 16x16 threads, 8x8 accumulators each."""
 
 
-def resources(config: Config) -> dict[str, int]:
-    """Threads, shared bytes and registers per thread of one block, as `trial.templates.matmul.resources` computes them for `MM`."""
-    K, X, Y = config["K"], config["X"], config["Y"]
-    return {"threads": X[2] * Y[2],
-            "shared_bytes": (X[1] * X[2] * X[3] + Y[1] * Y[2] * Y[3]) * K[1] * K[2] * 4,
-            "registers": X[1] * X[3] * Y[1] * Y[3] + (X[1] * X[3] + Y[1] * Y[3]) * K[2] + 16}
+MM_WORKLOAD = parse("mm", "N512K1024M1024")
+"""The workload `MM` tunes (parsing it imports no TVM)."""
+
+
+def resources(config: Config) -> dict[str, Any]:
+    """What one thread block of `config` of `MM` uses, from `trial.templates.matmul.resources` itself.
+
+    `MM` has the original study's knobs, so `config` becomes the template's: no split-K part (K[0] = 1)
+    and a single-buffered shared-memory stage (pipeline 0).
+    """
+    return matmul.resources(MM_WORKLOAD, {**config, "K": [1, *config["K"]], "pipeline": 0})
 
 
 def fits(config: Config) -> bool:
     r = resources(config)
-    return r["threads"] <= MAX_THREADS and r["shared_bytes"] <= MAX_SHARED_BYTES and r["registers"] <= MAX_REGISTERS
+    return (r["threads"] <= MAX_THREADS and r["shared_bytes"] <= MAX_SHARED_BYTES
+            and r["registers_per_thread"] <= MAX_REGISTERS)
 
 
 _MM_SPACE = SearchSpace.from_json(MM)
@@ -327,8 +362,7 @@ _TRIAL_IDS = itertools.count()
 def record(path: Path, config: Any, gflops: float, device: str = DEVICE, status: str = "ok",
            workload: str = WORKLOAD) -> None:
     """Add a measurement of `config` to the store at `path`, as an earlier experiment's trial."""
-    op, spec = workload.split("/")
-    Records(path).append(parse(op, spec), MeasureResult(status, params=config, gflops=gflops, device=device),
+    Records(path).append(parse_name(workload), MeasureResult(status, params=config, gflops=gflops, device=device),
                          experiment="earlier", trial=str(next(_TRIAL_IDS)))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .measure import MeasureResult, Options, measure
 from .target import KINDS
-from .workload import SpecError, Workload, parse
+from .workload import OPS, SpecError, Workload, parse
 
 EPILOG = """\
 specs (all numbers positive; layout letters are N or T for A then B, default PNN):
@@ -37,7 +37,7 @@ compile_error, runtime_error, timeout, wrong_result.
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trial", description=__doc__.split("\n\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("op", choices=["mm", "bmm", "conv"], help="operator")
+    p.add_argument("op", choices=OPS, help="operator")
     p.add_argument("spec", help="shape spec, see below")
     p.add_argument("--params", help="knob values as a JSON object (default: under NNI, the tuner's; "
                                     "else the hand-picked config)")
@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as err:
         if not under_nni:
             p.error(str(err))
-        report = {"default": 0.0, "status": "invalid", "reason": str(err), "params": params,
-                  "parameter_id": parameter_id}
+        report = MeasureResult("invalid", str(err), params).report(parameter_id)
     else:
         options = Options(target=args.target, build_timeout_s=args.build_timeout,
                           run_timeout_s=args.run_timeout, repeat=args.repeat,

@@ -13,7 +13,7 @@ from typing import Any
 
 import tvm
 
-from . import build, check, devicelock, run, templates
+from . import build, check, run, templates, verify
 from .records import Record
 from .target import resolve
 from .workload import Workload
@@ -29,8 +29,11 @@ def _sources(lib: Any, gpu: bool) -> dict[str, str]:
     return {"kernel.ll": lib.mod.inspect_source("ll"), "kernel.s": lib.mod.inspect_source("asm")}
 
 
-def _timing(t: run.Timing, wl: Workload) -> dict[str, float]:
-    return {"latency_ms": t.median_s * 1e3, "latency_std_ms": t.std_s * 1e3, "gflops": wl.flops / t.median_s / 1e9}
+def _figures(result: dict[str, Any]) -> dict[str, Any]:
+    """The report's figures of a measurement (`run.on_device`), or what went wrong."""
+    if result["status"] != "ok":
+        return {"error": f"{result['status']}: {result['reason']}"}
+    return {key: result[key] for key in ("latency_ms", "latency_std_ms", "gflops")}
 
 
 def export(wl: Workload, record: Record, out: Path, target_kind: str = "auto", repeat: int = 10,
@@ -54,23 +57,23 @@ def export(wl: Workload, record: Record, out: Path, target_kind: str = "auto", r
         (out / name).write_text(text)
     (out / "params.json").write_text(json.dumps(record.params, indent=1) + "\n")
     loaded = tvm.runtime.load_module(str(library))
+    reference = verify.Reference.of(wl)
+    tuned = _figures(run.on_device(loaded, target, reference, repeat, min_repeat_ms))
+    if "error" in tuned:
+        raise ExportError(f"the exported kernel failed: {tuned['error']}")
     baseline_params = template.default_params(wl, target.is_gpu)
-    with devicelock.acquire(target.kind, target.num_devices) as index:
-        dev = target.device(index)
-        tuned = run.run(wl, loaded, dev, repeat, min_repeat_ms)
-        try:
-            check.check(wl, template, baseline_params, target)
-            baseline = _timing(run.run(wl, build.build(wl, template, baseline_params, target).mod, dev,
-                                       repeat, min_repeat_ms), wl)
-        except (check.InvalidConfig, RuntimeError) as err:  # TVM errors and WrongResult are RuntimeErrors
-            baseline = {"error": str(err)}
-    tuned_t = _timing(tuned, wl)
+    try:  # compiled before taking the device, like every measurement
+        check.check(wl, template, baseline_params, target)
+        baseline_mod = build.build(wl, template, baseline_params, target).mod
+        baseline = _figures(run.on_device(baseline_mod, target, reference, repeat, min_repeat_ms))
+    except (check.InvalidConfig, RuntimeError) as err:  # TVM errors are RuntimeErrors
+        baseline = {"error": str(err)}
     report = {
         "workload": wl.key, "target": record.target, "device": record.device, "params": record.params,
         "baseline": {"params": baseline_params, **baseline},
-        "tuned": {**tuned_t, "recorded_latency_ms": record.latency_ms, "recorded_gflops": record.gflops,
-                  "vs_recorded": (tuned_t["latency_ms"] / record.latency_ms) if record.latency_ms else None},
-        "improvement": (baseline["latency_ms"] / tuned_t["latency_ms"]) if "latency_ms" in baseline else None,
+        "tuned": {**tuned, "recorded_latency_ms": record.latency_ms, "recorded_gflops": record.gflops,
+                  "vs_recorded": (tuned["latency_ms"] / record.latency_ms) if record.latency_ms else None},
+        "improvement": (baseline["latency_ms"] / tuned["latency_ms"]) if "latency_ms" in baseline else None,
         "trials": trials, "tuner": record.tuner, "experiment": record.experiment, "trial": record.trial,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.time)),
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),

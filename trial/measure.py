@@ -26,15 +26,15 @@ from typing import Any
 from .workload import Workload
 
 STATUSES = ("ok", "invalid", "compile_error", "runtime_error", "timeout", "wrong_result")
-STAGES = ("startup", "setup", "build", "lock_wait", "run", "exit")
-"""Seconds of one measurement, in order: process start-up and imports; target and device query; knob
-check and compilation; waiting for the device lock; verification and timing; the child's exit.  Each
-is the time between two messages of the child as the parent sees them, so they add up to the whole
-call; a stage the measurement never reached is missing."""
 _STAGE_AFTER = {"start": "startup", "imported": "setup", "target": "build", "built": "lock_wait",
                 "running": "run", "result": "exit"}
+STAGES = tuple(_STAGE_AFTER.values())
+"""Seconds of one measurement, in order: process start-up and imports; target and device query; knob
+check, compilation and the reference outputs; waiting for the device lock; verification and timing;
+the child's exit.  Each is the time between two messages of the child as the parent sees them, so
+they add up to the whole call; a stage the measurement never reached is missing."""
 _REASON_CHARS = 600
-_PRELOAD = ["tvm", "trial.build", "trial.run", "trial.templates.matmul", "trial.templates.conv2d"]
+_PRELOAD = ["tvm", "trial.build", "trial.run", "trial.verify", "trial.templates.matmul", "trial.templates.conv2d"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class MeasureResult:
         return out
 
 
-def _reason(err: BaseException) -> str:
+def error_reason(err: BaseException) -> str:
     """The informative tail of an exception: TVM errors carry long C++ tracebacks first."""
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     lines = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^"))]
@@ -93,7 +93,7 @@ def _child(conn, env: dict[str, str], cwd: str, op: str, spec: str, params: dict
     os.chdir(cwd)
     from tuners.space import from_twin
 
-    from . import build, check, devicelock, run, templates
+    from . import build, check, run, templates, verify
     from .target import TargetError, resolve, save
     from .workload import parse
 
@@ -113,9 +113,7 @@ def _child(conn, env: dict[str, str], cwd: str, op: str, spec: str, params: dict
         params = template.default_params(wl, target.is_gpu)
     else:  # NNI's built-in tuners search the standard-type twin of the space
         params = from_twin(template.search_space(wl), params)
-    arch = target.target.get("arch") or target.target.get("mcpu", "")
-    conn.send(("target", {"target": f"{target.kind} {arch}".strip(), "device": target.device_name,
-                          "params": params}))
+    conn.send(("target", {"target": target.label, "device": target.device_name, "params": params}))
     try:
         check.check(wl, template, params, target)
     except check.InvalidConfig as err:
@@ -124,18 +122,12 @@ def _child(conn, env: dict[str, str], cwd: str, op: str, spec: str, params: dict
     try:
         lib = build.build(wl, template, params, target)
     except Exception as err:  # any failure to schedule or compile is this config's compile error
-        return finish("compile_error", _reason(err))
-    conn.send(("built", time.perf_counter() - start))
-    with devicelock.acquire(target.kind, target.num_devices) as index:
-        conn.send(("running", index))
-        try:
-            timing = run.run(wl, lib.mod, target.device(index), options.repeat, options.min_repeat_ms, options.seed)
-        except run.WrongResult as err:
-            return finish("wrong_result", str(err))
-        except Exception as err:
-            return finish("runtime_error", _reason(err))
-    finish("ok", gflops=wl.flops / timing.median_s / 1e9, latency_ms=timing.median_s * 1e3,
-           latency_std_ms=timing.std_s * 1e3, extra={"repeats_ms": [r * 1e3 for r in timing.repeats]})
+        return finish("compile_error", error_reason(err))
+    compiled = time.perf_counter() - start
+    reference = verify.Reference.of(wl, options.seed)
+    conn.send(("built", compiled))
+    finish(**run.on_device(lib.mod, target, reference, options.repeat, options.min_repeat_ms,
+                           lambda index: conn.send(("running", index))))
 
 
 def _stop(proc: mp.process.BaseProcess) -> None:
@@ -164,9 +156,7 @@ def _precheck(wl: Workload, params: dict[str, Any] | None, options: Options) -> 
     try:
         check.check(wl, template, params, known)
     except check.InvalidConfig as err:
-        arch = known.target.get("arch") or known.target.get("mcpu", "")
-        return MeasureResult("invalid", str(err), params, target=f"{known.kind} {arch}".strip(),
-                             device=known.device_name)
+        return MeasureResult("invalid", str(err), params, target=known.label, device=known.device_name)
     return None
 
 

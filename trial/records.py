@@ -14,14 +14,14 @@ import re
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .measure import MeasureResult
-from .workload import Workload, parse
+from .workload import SpecError, Workload, parse_name
 
 DEFAULT = Path(__file__).resolve().parent.parent / "records" / "records.sqlite"
 
@@ -103,15 +103,20 @@ class Records:
                              " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
             return cur.rowcount == 1
 
-    def query(self, workload: str | None = None, device: str | None = None, status: str | None = None,
-              best_first: bool = False, limit: int | None = None) -> list[Record]:
-        """Records matching every given field; newest first, or fastest first with `best_first`."""
+    @staticmethod
+    def _where(workload: str | None, device: str | None, status: str | None) -> tuple[str, list[str]]:
         where, args = [], []
         for column, value in (("workload", workload), ("device", device), ("status", status)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
-        sql = "SELECT * FROM measurements" + (" WHERE " + " AND ".join(where) if where else "")
+        return (" WHERE " + " AND ".join(where) if where else ""), args
+
+    def query(self, workload: str | None = None, device: str | None = None, status: str | None = None,
+              best_first: bool = False, limit: int | None = None) -> list[Record]:
+        """Records matching every given field; newest first, or fastest first with `best_first`."""
+        where, args = self._where(workload, device, status)
+        sql = "SELECT * FROM measurements" + where
         sql += " ORDER BY gflops DESC, time ASC" if best_first else " ORDER BY time DESC, id DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
@@ -119,12 +124,20 @@ class Records:
             rows = db.execute(sql, args).fetchall()
         return [Record(*row[:5], json.loads(row[5]), *row[6:]) for row in rows]
 
-    def best(self, workload: str, device: str | None = None, n: int = 1) -> list[Record]:
-        """The `n` fastest verified configs (one record per distinct config) of `workload`."""
+    def count(self, workload: str | None = None, device: str | None = None, status: str | None = None) -> int:
+        """How many records match every given field."""
+        where, args = self._where(workload, device, status)
+        with self._connect() as db:
+            return db.execute("SELECT COUNT(*) FROM measurements" + where, args).fetchone()[0]
+
+    def best(self, workload: str, device: str | None = None, n: int = 1,
+             fits: Callable[[Any], bool] | None = None) -> list[Record]:
+        """The `n` fastest verified configs (one record per distinct config) of `workload`; with `fits`,
+        only configs it accepts (e.g. those of the template's current search space)."""
         out, seen = [], set()
         for rec in self.query(workload, device, "ok", best_first=True):
             key = params_key(rec.params)
-            if key not in seen:
+            if key not in seen and (fits is None or fits(rec.params)):
                 seen.add(key)
                 out.append(rec)
             if len(out) == n:
@@ -149,12 +162,11 @@ class Records:
             if not found:
                 raise ValueError(f"cannot tell the workload from trialCommand {command!r}; name it")
             workload = "/".join(found[:2])
-        wl = parse(*workload.split("/", 1))
+        wl = parse_name(workload)
         tuner = found[2] if found else None
         new = 0
         for trial_id, data in metrics:
-            metric = json.loads(data)
-            metric = json.loads(metric) if isinstance(metric, str) else metric
+            metric = decode_metric(data)
             if not isinstance(metric, dict) or "status" not in metric:
                 continue  # not a trial of this suite
             device = re.sub(r" \(device \d+\)$", "", metric.get("device", ""))
@@ -164,6 +176,21 @@ class Records:
                                    device)
             new += self.append(wl, result, folder.name, trial_id, tuner)
         return new
+
+
+def decode_metric(data: str) -> Any:
+    """A final metric as NNI stores it: JSON, whose value may itself be a JSON string."""
+    metric = json.loads(data)
+    return json.loads(metric) if isinstance(metric, str) else metric
+
+
+def fits_template(wl: Workload) -> Callable[[Any], bool]:
+    """Whether recorded knobs fit the op's template as it is now: records outlive knob changes."""
+    from tuners.space import SearchSpace
+
+    from . import templates
+
+    return SearchSpace.from_json(templates.load(wl.op).search_space(wl)).contains
 
 
 def _table(records: list[Record]) -> str:
@@ -207,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--target", default=os.environ.get("OPEVO_TARGET", "auto"),
                             help="which device is this machine's (auto|cuda|rocm|llvm)")
     args = p.parse_args(argv)
+    try:
+        wl = parse_name(args.workload) if args.workload else None
+    except SpecError as err:
+        p.error(str(err))
     store = Records(args.records)
 
     if args.command == "import":
@@ -217,14 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{store.import_experiment(folder, args.workload)} new records from {folder}")
         return 0
     if args.command == "list":
-        key = parse(*args.workload.split("/", 1)).key if args.workload else None
-        print(_table(store.query(key, args.device, args.status, limit=args.limit)))
+        print(_table(store.query(wl and wl.key, args.device, args.status, limit=args.limit)))
         return 0
-    wl = parse(*args.workload.split("/", 1))
     device = None if args.device == "any" else (args.device or this_device(args.target))
-    found = store.best(wl.key, device, n=args.n if args.command == "best" else 1)
+    found = store.best(wl.key, device, n=args.n if args.command == "best" else 1, fits=fits_template(wl))
     if not found:
-        print(f"no verified record of {wl.key} on {device or 'any device'} in {store.path}")
+        print(f"no verified record of {wl.key} on {device or 'any device'} whose knobs fit the template, "
+              f"in {store.path}")
         return 1
     if args.command == "best":
         print(json.dumps([r.__dict__ for r in found], indent=1) if args.json else _table(found))
@@ -232,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     from .export import ExportError, export as export_kernel
 
     out = args.out or Path("exports") / wl.op / wl.spec
-    trials = len(store.query(wl.key, found[0].device))
+    trials = store.count(wl.key, found[0].device)
     try:
         report = export_kernel(wl, found[0], out, args.target, trials=trials)
     except ExportError as err:

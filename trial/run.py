@@ -1,13 +1,15 @@
 """Run stage: execute a built kernel once on a device, check its output, then time it."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tvm
 
-from . import verify
+from . import devicelock, verify
+from .target import Target
 from .workload import Workload
 
 
@@ -17,27 +19,52 @@ class Timing:
     std_s: float
     repeats: list[float]
 
+    def metrics(self, wl: Workload) -> dict[str, Any]:
+        """The figures a measurement reports."""
+        return {"gflops": wl.flops / self.median_s / 1e9, "latency_ms": self.median_s * 1e3,
+                "latency_std_ms": self.std_s * 1e3, "extra": {"repeats_ms": [r * 1e3 for r in self.repeats]}}
+
 
 class WrongResult(RuntimeError):
     """The kernel ran but its output does not match the reference."""
 
 
-def run(wl: Workload, mod: Any, dev: tvm.runtime.Device, repeat: int, min_repeat_ms: int,
-        seed: int = 0) -> Timing:
-    """Warm up and verify with seeded inputs, then time with `repeat` repeats of >= `min_repeat_ms` each.
+def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: int, min_repeat_ms: int) -> Timing:
+    """Run once on the reference's inputs and check the output, then time with `repeat` repeats of >=
+    `min_repeat_ms` each.
 
     `mod` is a runtime module with the kernel as "main": a fresh build's `.mod` or an exported
-    library loaded with `tvm.runtime.load_module`.
+    library loaded with `tvm.runtime.load_module`.  The reference is computed beforehand, so that the
+    device lock is held for device work only.
     """
-    inputs = verify.make_inputs(wl, seed)
-    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    wl = reference.wl
+    args = [tvm.runtime.tensor(x, dev) for x in reference.inputs]
     out = tvm.runtime.tensor(np.full(wl.output_shape, np.nan, dtype=wl.dtype), dev)
     mod["main"](*args, out)
     dev.sync()
-    problem = verify.check(wl, inputs, out.numpy(), seed)
+    problem = reference.check(out.numpy())
     if problem:
         raise WrongResult(problem)
     timer = mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
     result = timer(*args, out)
     repeats = [float(r) for r in result.results]
     return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats)
+
+
+def on_device(mod: Any, target: Target, reference: verify.Reference, repeat: int, min_repeat_ms: int,
+              started: Callable[[int], None] = lambda index: None) -> dict[str, Any]:
+    """Take a device of `target` (its lock), verify and time there: a measurement's status and figures.
+
+    `started(index)` is called once the device is held, before the kernel runs.
+    """
+    from .measure import error_reason
+
+    with devicelock.acquire(target.kind, target.num_devices) as index:
+        started(index)
+        try:
+            timing = run(mod, target.device(index), reference, repeat, min_repeat_ms)
+        except WrongResult as err:
+            return {"status": "wrong_result", "reason": str(err), "device_index": index}
+        except Exception as err:  # a crash that leaves the process alive, e.g. a launch failure
+            return {"status": "runtime_error", "reason": error_reason(err), "device_index": index}
+    return {"status": "ok", "device_index": index, **timing.metrics(reference.wl)}

@@ -64,14 +64,18 @@ def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
 
 
 def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
-           concurrency: int = CONCURRENCY) -> dict[str, Any]:
-    """The NNI v2 config of `tuner` for `wl`, with paths relative to the folder `out`."""
+           concurrency: int = CONCURRENCY, warm_start: bool = True) -> dict[str, Any]:
+    """The NNI v2 config of `tuner` for `wl`, with paths relative to the folder `out`.
+
+    `warm_start` is the suite tuners' classArg (NNI's built-ins take none): False starts them cold,
+    independent of the records (benchmarks).
+    """
     code = os.path.relpath(ROOT, out)
     builtin = tuner in BUILTIN_TUNERS
     if builtin:
         algo = BUILTIN_TUNERS[tuner]
     else:
-        class_args = {**TUNERS[tuner]["classArgs"], "warm_start": True, "workload": wl.name}
+        class_args = {**TUNERS[tuner]["classArgs"], "warm_start": warm_start, "workload": wl.name}
         algo = {**TUNERS[tuner], "classArgs": class_args}
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",
@@ -86,8 +90,11 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
 
 
 def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
-          concurrency: int = CONCURRENCY) -> Path:
-    """Write the experiment folder of `wl` under `root`; returns the folder."""
+          concurrency: int = CONCURRENCY, warm_start: bool = True) -> Path:
+    """Write the experiment folder of `wl` under `root`; returns the folder.
+
+    `warm_start`: whether the suite tuners' configs warm-start from the records (see `config`).
+    """
     out = folder(wl, root)
     out.mkdir(parents=True, exist_ok=True)
     space = templates.load(wl.op).search_space(wl)
@@ -95,7 +102,7 @@ def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
         lines = [f"  {json.dumps(key)}: {json.dumps(knob)}" for key, knob in content.items()]
         (out / name).write_text("{\n" + ",\n".join(lines) + "\n}\n")
     for tuner in [*TUNERS, *BUILTIN_TUNERS]:
-        text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency), sort_keys=False)
+        text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency, warm_start), sort_keys=False)
         header = f"# Written by `python -m trial.space {wl.op} {wl.spec}`.\n"
         (out / f"config_{tuner}.yml").write_text(header + text)
     return out

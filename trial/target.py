@@ -49,6 +49,11 @@ class Target:
         return self.kind in ("cuda", "rocm")
 
     @property
+    def label(self) -> str:
+        """The kind and architecture, as measurements report the target, e.g. 'cuda sm_90'."""
+        return f"{self.kind} {self.target.get('arch') or self.target.get('mcpu', '')}".strip()
+
+    @property
     def async_copy(self) -> bool:
         """Whether kernels can copy global to shared memory asynchronously (cp.async: CUDA sm_80+)."""
         return self.kind == "cuda" and int(self.target["arch"].removeprefix("sm_").rstrip("a")) >= 80
@@ -153,7 +158,11 @@ def load(kind: str) -> Target | None:
 
 
 def this_device(kind: str = "auto") -> str:
-    """The device a trial would use here, asked of a child process so the caller holds no GPU context."""
+    """The device a trial would use here: what a trial found (the cache), else asked of a child process,
+    so that the caller holds no GPU context and imports no TVM."""
+    known = load(kind)
+    if known:
+        return known.device_name
     import subprocess
     import sys
 
@@ -167,4 +176,7 @@ if __name__ == "__main__":
     # not hold a GPU context themselves).
     import sys
 
-    print(json.dumps(resolve(sys.argv[1] if len(sys.argv) > 1 else "auto").describe()))
+    asked = sys.argv[1] if len(sys.argv) > 1 else "auto"
+    found = resolve(asked)
+    save(asked, found)
+    print(json.dumps(found.describe()))

@@ -20,7 +20,7 @@ from typing import Any
 import requests
 from nni.experiment.config import ExperimentConfig
 
-from .records import Record, Records
+from .records import Record, Records, decode_metric, default_path, fits_template
 from .space import read_trial_command
 from .target import this_device
 from .workload import parse
@@ -76,8 +76,7 @@ def trials(port: int) -> list[TrialRecord]:
         hyper = json.loads(job["hyperParameters"][-1]) if job.get("hyperParameters") else {}
         metric = None
         for m in job.get("finalMetricData") or []:
-            data = json.loads(m["data"])
-            metric = json.loads(data) if isinstance(data, str) else data
+            metric = decode_metric(m["data"])
         out.append(TrialRecord(job["trialJobId"], job["status"], hyper.get("parameter_id"),
                                hyper.get("parameters"), metric if isinstance(metric, dict) else None))
     return out
@@ -120,12 +119,13 @@ def _print_progress(state: str, records: list[TrialRecord]) -> None:
 
 
 def tuned_before(config: Path) -> Record | None:
-    """The best recorded verified kernel of the config's workload on this machine's device, if any."""
+    """The best recorded verified kernel of the config's workload on this machine's device whose knobs
+    fit the template, if any."""
     found = read_trial_command(ExperimentConfig.load(config).trial_command)
-    if not found:
+    if not found or not default_path().exists():
         return None
     wl = parse(*found[:2])
-    best_found = Records().best(wl.key, this_device(os.environ.get("OPEVO_TARGET", "auto")))
+    best_found = Records().best(wl.key, this_device(os.environ.get("OPEVO_TARGET", "auto")), fits=fits_template(wl))
     return best_found[0] if best_found else None
 
 

@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass, field
 
 OPS = ("mm", "bmm", "conv")
-LAYOUTS = ("NN", "NT", "TN", "TT")
 
 _PATTERNS = {
     "mm": re.compile(r"N(?P<N>\d+)K(?P<K>\d+)M(?P<M>\d+)(?:P(?P<layout>[NT]{2}))?"),
@@ -105,3 +104,11 @@ def parse(op: str, spec: str) -> Workload:
             raise SpecError(f"bad conv spec {spec!r}: kernel {dims['K']} is larger than the padded "
                             f"image {dims['HW'] + 2 * dims['PD']}, so the output size would be <= 0")
     return wl
+
+
+def parse_name(name: str) -> Workload:
+    """Parse 'op/spec' (e.g. mm/N512K1024M1024), as experiments, records and benchmarks name workloads."""
+    op, slash, spec = name.partition("/") if isinstance(name, str) else ("", "", "")
+    if not slash:
+        raise SpecError(f"expected op/spec, e.g. mm/N512K1024M1024, got {name!r}")
+    return parse(op, spec)

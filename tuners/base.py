@@ -22,6 +22,7 @@ changed since, and the algorithm then builds on their results like on any others
 from __future__ import annotations
 
 import copy
+import heapq
 import json
 import logging
 import math
@@ -34,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from numbers import Real
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,9 @@ RANDOM_TRIES = 64
 
 PENDING, OK, FAILED = "pending", "ok", "failed"
 
+_VALUE = attrgetter("value")
+"""The metric of an `_Entry`, the key that `SpaceTuner.top` ranks successes by."""
+
 
 class RequestQueued(nni.NoMoreTrialError):
     """`generate_parameters` could not answer now; the parameters will be sent later through st_callback."""
@@ -66,11 +71,10 @@ class _Entry:
 
 def _workload_key(workload: Any) -> str:
     """The records' key of the workload classArg 'op/spec'; a ValueError that says what is wrong."""
-    from trial.workload import SpecError, parse
+    from trial.workload import SpecError, parse_name
 
-    op, _, spec = workload.partition("/") if isinstance(workload, str) else ("", "", "")
     try:
-        return parse(op, spec).key
+        return parse_name(workload).key
     except SpecError as err:
         raise ValueError(f"workload must be op/spec, e.g. mm/N512K1024M1024, got {workload!r}: {err}") from None
 
@@ -193,11 +197,21 @@ class SpaceTuner(Tuner):
         with self._lock:
             return [(copy.deepcopy(e.config), e.value) for e in self._entries.values() if e.state != PENDING]
 
+    def top(self, n: int) -> list[tuple[Config, float]]:
+        """The `n` best successful measurements as (configuration, metric), best first, the oldest first among equals.
+
+        Ranks the entries in place (heapq's top-n is stable, like a stable sort by score), so only the
+        configurations returned are copied: this runs for every proposal of some tuners.
+        """
+        with self._lock:
+            successes = (e for e in self._entries.values() if e.state == OK)
+            pick = heapq.nlargest if self.maximize else heapq.nsmallest
+            return [(copy.deepcopy(e.config), e.value) for e in pick(n, successes, key=_VALUE)]
+
     def best(self) -> tuple[Config, float] | None:
         """The best successful measurement as (configuration, metric), the oldest among equals; None if none."""
-        with self._lock:
-            results = self.measured()
-            return max(results, key=lambda item: self.score(item[1])) if results else None
+        ranked = self.top(1)
+        return ranked[0] if ranked else None
 
     def random_unseen(self) -> Config | None:
         """A uniformly random unseen configuration, or the nearest unseen one to a random sample."""
@@ -481,12 +495,11 @@ class SpaceTuner(Tuner):
                 from trial.target import this_device
 
                 self.device = this_device(os.environ.get("OPEVO_TARGET", "auto"))
-            found = store.best(self.workload_key, self.device, n=self.warm_size)
+            found = store.best(self.workload_key, self.device, n=self.warm_size, fits=space.contains)
         except (sqlite3.Error, OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
             _logger.warning("warm start: cannot read the records of %s in %s (%s); starting cold",
                             self.workload_key, path, e)
             return []
-        configs = [r.params for r in found if space.contains(r.params)]
-        _logger.info("warm start: %d recorded configurations of %s on %s (%d outside the search space)",
-                     len(configs), self.workload_key, self.device, len(found) - len(configs))
-        return configs
+        _logger.info("warm start: %d recorded configurations of %s on %s that fit the search space",
+                     len(found), self.workload_key, self.device)
+        return [r.params for r in found]

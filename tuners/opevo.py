@@ -56,9 +56,7 @@ class OpEvoTuner(SpaceTuner):
 
     def parents(self) -> list[tuple[Config, float]]:
         """The fittest successful measurements, at most `parents_size`, best first (ties: oldest first)."""
-        with self._lock:
-            ranked = sorted(self.measured(), key=lambda item: self.score(item[1]), reverse=True)
-            return ranked[:self.parents_size]
+        return self.top(self.parents_size)
 
     def propose(self) -> Config | None:
         """Wait while μ trials are in flight; sample until a measurement succeeds; then breed an unseen offspring."""

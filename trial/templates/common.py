@@ -66,8 +66,7 @@ def pipeline(sch: s_tir.Schedule, loop, depth: int) -> None:
             sch.annotate(loop, "software_pipeline_async_stages", [0])
 
 
-def prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
+def loop_depth(sch: s_tir.Schedule, block, loop) -> int:
+    """How many loops enclose `block` down to and including `loop`."""
+    wanted = sch.get(loop)
+    return next(n for n, found in enumerate(sch.get_loops(block), 1) if sch.get(found).same_as(wanted))

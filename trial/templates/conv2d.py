@@ -19,12 +19,13 @@ CPU: the same tiles; (n, f, y) outer tiles run in parallel, the tile_x[3] column
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..workload import Workload
-from .common import PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, pipeline, prod, unroll
+from .common import PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline, unroll
 
 if TYPE_CHECKING:
     import tvm
@@ -85,8 +86,8 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     rc, ry, rx = p["tile_rc"][1], p["tile_ry"][1], p["tile_rx"][1]
     s = wl.dims["ST"]
     item = np.dtype(wl.dtype).itemsize
-    window = rc * ((prod(y[1:]) - 1) * s + ry) * ((prod(x[1:]) - 1) * s + rx)
-    filters = prod(f[1:]) * rc * ry * rx
+    window = rc * ((math.prod(y[1:]) - 1) * s + ry) * ((math.prod(x[1:]) - 1) * s + rx)
+    filters = math.prod(f[1:]) * rc * ry * rx
     accumulators = f[1] * f[3] * y[1] * y[3] * x[1] * x[3]
     return {"threads": f[2] * y[2] * x[2], "thread_dims": (x[2], y[2], f[2]),
             "shared_bytes": (window + filters) * item * (2 if p["pipeline"] else 1),
@@ -122,7 +123,7 @@ def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
         for index in (0, 1):
             shared = sch.cache_read(conv, index, "shared")
             sch.compute_at(shared, r0)
-            cooperative_fetch(sch, shared, 10, threads)  # 10 loops down to and including r0
+            cooperative_fetch(sch, shared, loop_depth(sch, conv, r0), threads)
         if wl.dims["PD"]:  # padding folded into the shared load, whose tile is then exact
             sch.compute_inline(sch.get_sblock("pad"))
         pipeline(sch, r0, p["pipeline"])

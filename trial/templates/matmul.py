@@ -22,12 +22,13 @@ CPU: the same tiles and split; outer tiles run in parallel, the Y[3] columns are
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..workload import Workload
-from .common import PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, pipeline, prod, unroll
+from .common import PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline, unroll
 
 if TYPE_CHECKING:
     import tvm
@@ -88,7 +89,7 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     item = np.dtype(wl.dtype).itemsize
     k_tile = K[2] * K[3]
     buffers = 2 if p["pipeline"] else 1
-    shared = (prod(X[1:]) + prod(Y[1:])) * k_tile * item * buffers
+    shared = (math.prod(X[1:]) + math.prod(Y[1:])) * k_tile * item * buffers
     batch_inner = p["B"][1] if wl.op == "bmm" else 1
     accumulators = batch_inner * X[1] * X[3] * Y[1] * Y[3]
     fragments = (X[1] * X[3] + Y[1] * Y[3]) * K[3]
@@ -152,12 +153,6 @@ def _sum_partials(sch: s_tir.Schedule, C, batch: bool, gpu: bool) -> None:
         sch.parallel(sch.split(element, [None, 64])[0])
 
 
-def _loop_depth(sch: s_tir.Schedule, block, loop) -> int:
-    """How many loops enclose `block` down to and including `loop`."""
-    wanted = sch.get(loop)
-    return next(n for n, found in enumerate(sch.get_loops(block), 1) if sch.get(found).same_as(wanted))
-
-
 def _gpu(sch: s_tir.Schedule, p: dict[str, Any], main, grid, tiles, ks) -> None:
     i0, j0, i1, j1, i2, j2 = tiles
     k0, k1 = ks
@@ -169,7 +164,7 @@ def _gpu(sch: s_tir.Schedule, p: dict[str, Any], main, grid, tiles, ks) -> None:
     sch.bind(j1, "vthread.x")
     sch.bind(i2, "threadIdx.y")
     sch.bind(j2, "threadIdx.x")
-    depth = _loop_depth(sch, main, k0)
+    depth = loop_depth(sch, main, k0)
     threads = [("threadIdx.y", p["X"][2]), ("threadIdx.x", p["Y"][2])]
     for index in (0, 1):
         shared = sch.cache_read(main, index, "shared")

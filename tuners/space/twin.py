@@ -28,6 +28,8 @@ Encoding, per parameter (a "token" is a string no native value can equal, so dec
 """
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -66,18 +68,20 @@ class _Codec:
 class _Tokens(_Codec):
     """One `choice` over strings standing for the values, in their canonical order."""
 
-    def __init__(self, param: Parameter, tokens: list[str]) -> None:
+    def __init__(self, param: Parameter, tokens: list[str], values: list[Any] | None = None) -> None:
         super().__init__(param)
         self.tokens = tokens
         self.index = {t: i for i, t in enumerate(tokens)}
+        self.values = param.values() if values is None else values
+        """The values the tokens stand for, enumerated once (codecs are cached, see `_codecs`)."""
 
     def twin(self) -> dict[str, dict[str, Any]]:
-        return {self.param.name: _choice(self.tokens)}
+        return {self.param.name: _choice(list(self.tokens))}
 
     def decode(self, params: dict[str, Any]) -> None:
         value = params.get(self.param.name)
         if isinstance(value, str) and value in self.index:
-            params[self.param.name] = self.param.values()[self.index[value]]
+            params[self.param.name] = copy.deepcopy(self.values[self.index[value]])  # never the cached one
 
 
 class _Split(_Codec):
@@ -91,11 +95,16 @@ class _Split(_Codec):
         """The native value for one option per twin name (each checked to be one of its options)."""
         raise NotImplementedError
 
+    @functools.cached_property
+    def _parts(self) -> dict[str, list[Any]]:
+        """`parts()`, computed once for decoding (read only: `twin` hands out fresh ones)."""
+        return self.parts()
+
     def twin(self) -> dict[str, dict[str, Any]]:
         return {name: _choice(options) for name, options in self.parts().items()}
 
     def decode(self, params: dict[str, Any]) -> None:
-        parts = self.parts()
+        parts = self._parts
         if self.param.name in params or not all(
                 name in params and _is_option(params[name], options) for name, options in parts.items()):
             return
@@ -163,11 +172,13 @@ class _Lehmer(_Split):
 def _codec(param: Parameter) -> _Codec:
     if isinstance(param, Factor):
         if param.size <= TWIN_MAX_CHOICES:
-            return _Tokens(param, ["x".join(map(str, v)) for v in param.values()])
+            values = param.values()
+            return _Tokens(param, ["x".join(map(str, v)) for v in values], values)
         return _FactorPrimes(param)
     if isinstance(param, Perm):
         if param.size <= TWIN_MAX_CHOICES:
-            return _Tokens(param, ["-".join(map(str, v)) for v in param.values()])
+            values = param.values()
+            return _Tokens(param, ["-".join(map(str, v)) for v in values], values)
         return _Lehmer(param)
     if isinstance(param, Choice) and not all(isinstance(v, (str, int, float)) for v in param.options):
         tokens = [json.dumps(v, sort_keys=True) for v in param.options]
@@ -180,10 +191,48 @@ def _codec(param: Parameter) -> _Codec:
     raise SpaceError(f"{param.name}: no twin encoding for type {param.type_name!r}")
 
 
-def _codecs(space: SearchSpace | Mapping[str, Any]) -> list[_Codec]:
-    """One codec per parameter; `SpaceError` if two of them would use the same twin parameter name."""
+def _codecs(space: SearchSpace | Mapping[str, Any]) -> tuple[_Codec, ...]:
+    """One codec per parameter; `SpaceError` if two of them would use the same twin parameter name.
+
+    Cached per space (trials decode every configuration, and enumerating a parameter's values is the
+    costly part): keyed on the space's JSON text when it is plain JSON, which then stands for it exactly.
+    """
+    spec = space.to_json() if isinstance(space, SearchSpace) else space
+    key = _json_key(spec)
+    if key is None:
+        return _build_codecs(space)
+    return _cached_codecs(key)
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _json_key(spec: Any) -> str | None:
+    """The JSON text of `spec` if it is plain JSON (dicts with str keys, lists, finite scalars of exact
+    types), so that the text determines the value exactly; else None."""
+    def plain(v: Any) -> bool:
+        if type(v) is dict:
+            return all(type(k) is str and plain(x) for k, x in v.items())
+        if type(v) is list:
+            return all(plain(x) for x in v)
+        return type(v) in _JSON_SCALARS
+
+    if not plain(spec):
+        return None
+    try:
+        return json.dumps(spec, allow_nan=False)
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_codecs(key: str) -> tuple[_Codec, ...]:
+    return _build_codecs(json.loads(key))
+
+
+def _build_codecs(space: SearchSpace | Mapping[str, Any]) -> tuple[_Codec, ...]:
     model = space if isinstance(space, SearchSpace) else SearchSpace.from_json(space)
-    codecs = [_codec(p) for p in model.params.values()]
+    codecs = tuple(_codec(p) for p in model.params.values())
     names: set[str] = set()
     for codec in codecs:
         for name in codec.twin():
@@ -208,9 +257,9 @@ def from_twin(space: SearchSpace | Mapping[str, Any], params: Mapping[str, Any])
     Decoding is per parameter, so a mix of both encodings works too. Anything that is neither (a missing or
     unknown value) is left as it is, for `SearchSpace.validate` to report. `SpaceError` as for `twin_space`.
     """
-    model = space if isinstance(space, SearchSpace) else SearchSpace.from_json(space)
+    codecs = _codecs(space)  # one per parameter, in search-space order
     out = dict(params)
-    for codec in _codecs(model):
+    for codec in codecs:
         codec.decode(out)
-    ordered = {name: out.pop(name) for name in model.names if name in out}
+    ordered = {c.param.name: out.pop(c.param.name) for c in codecs if c.param.name in out}
     return {**ordered, **out}

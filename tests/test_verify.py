@@ -1,0 +1,41 @@
+"""The float64 reference itself: it agrees with a direct computation and reports a wrong element."""
+import numpy as np
+import pytest
+
+from trial.verify import Reference
+from trial.workload import parse
+
+
+def direct_conv(wl, data, weight):
+    d = wl.dims
+    pad, s, k, out = d["PD"], d["ST"], d["K"], wl.out_hw
+    padded = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    result = np.zeros(wl.output_shape)
+    for y in range(out):
+        for x in range(out):
+            window = padded[:, :, y * s:y * s + k, x * s:x * s + k]
+            result[:, :, y, x] = np.einsum("nchw,fchw->nf", window, weight.astype(np.float64))
+    return result
+
+
+@pytest.mark.parametrize("spec", ["N2C3HW9F4K3ST2PD1", "N1C2HW7F3K5ST1PD2", "N2C3HW8F2K3ST1PD0"])
+def test_conv_reference_agrees_with_a_direct_convolution(spec):
+    wl = parse("conv", spec)
+    ref = Reference.of(wl, seed=5)
+    right = direct_conv(wl, *ref.inputs)
+    assert ref.check(right.astype(np.float32)) is None
+    wrong = right.copy()
+    wrong[0, 1, 2, 2] += 0.5
+    problem = ref.check(wrong.astype(np.float32))
+    assert problem.startswith("1 of ") and "at (0, 1, 2, 2)" in problem
+
+
+@pytest.mark.parametrize("spec", ["N16K8M12PNN", "N16K8M12PTT"])
+def test_matmul_reference_agrees_and_catches_nan(spec):
+    wl = parse("mm", spec)
+    ref = Reference.of(wl)
+    a, b = (x.astype(np.float64) for x in ref.inputs)
+    right = (a.T if wl.layout[0] == "T" else a) @ (b.T if wl.layout[1] == "T" else b)
+    assert ref.check(right.astype(np.float32)) is None
+    right[3, 4] = np.nan
+    assert "at (3, 4)" in ref.check(right.astype(np.float32))
