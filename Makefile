@@ -11,7 +11,7 @@ RETUNE ?=
 EXPERIMENT = experiments/$(OP)/$(SPEC)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test tune experiment trial clean cuda-env rocm-env
+.PHONY: help install test tune experiment trial gpu-check clean cuda-env rocm-env
 
 # Docker environments. The image installs the suite with `make install VENV=/opt/venv` (the install
 # CI runs) into a venv outside the repository, which is mounted at CONTAINER_REPO, where the image's
@@ -58,6 +58,9 @@ experiment: install  ## write the experiment folder of OP/SPEC (search space + o
 
 trial: install  ## measure the hand-picked config of OP/SPEC once, e.g. make trial OP=conv SPEC=N1C3HW32F8K3ST1PD1
 	$(BIN)/python -m trial $(OP) $(SPEC)
+
+gpu-check: install  ## on a GPU machine: the study's hand-picked configs vs cuBLAS/cuDNN, and a 32-trial OpEvo experiment through nnictl
+	$(BIN)/python -m benchmarks.gpucheck
 
 cuda-env:  ## build the CUDA image and open a shell in it: all GPUs, this repo mounted, web UI on WEB_PORT
 	$(DOCKER_BUILD) -f Dockerfile.cuda -t $(CUDA_IMAGE) .

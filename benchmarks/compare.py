@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from trial import space
-from trial.measure import STAGES, Options
+from trial.measure import Options
+from trial.results import STAGES
 from trial.records import Records
 from trial.target import KINDS
 from trial.workload import SpecError, Workload, parse_name
@@ -162,12 +163,13 @@ def breakdown(runs: list[driver.Run]) -> str:
                  f"{sum(r.tuner_s for r in mine) / n:.3f}", f"{np.mean([r.setup_s for r in mine]):.1f}", f"{busy:.0%}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + ["", "Seconds. trial: one measurement from start to end; its stages (means per "
-                              "trial, overlapping across workers): startup = process start and imports, setup = "
-                              "target and device query, build = knob check, compile and reference outputs, lock_wait = waiting for "
-                              "the device, run = verify and time, exit = the child's exit. MetaSchedule: its "
-                              "batches' build, lock wait and run shared out over their candidates, its search "
-                              "and cost model under tuner/trial, its process start-up under one-off. "
-                              "workers busy = measurement time / (wall x workers)."])
+                              "trial, overlapping across workers, see trial.results.STAGES): startup = reaching the "
+                              "measuring service (starting it for the first trial), setup = the target and a free "
+                              "build worker, build = knob check, compile and export, lock_wait = waiting for the "
+                              "device (its runner, the reference outputs, the device lock), run = verify and time, "
+                              "exit = the answer's way back. MetaSchedule: its batches' build, lock wait and run "
+                              "shared out over their candidates, its search and cost model under tuner/trial, its "
+                              "process start-up under one-off. workers busy = measurement time / (wall x workers)."])
 
 
 def nnictl_overhead(wl: Workload, runs: list[driver.Run], trials: int, workers: int, target: str,

@@ -4,8 +4,8 @@ A benchmark needs many seeded runs of several tuners, in one process without NNI
 server, a dispatcher process, a trial process per trial that imports NNI), while measuring exactly
 what an nnictl experiment measures.  So the tuner classes and their classArgs are the experiments'
 (`trial.space.TUNERS`, `trial.space.BUILTIN_TUNERS`; but no warm start from the records, so that runs
-are independent), each trial is `trial.measure.measure` (its own child process; the device lock
-serialises timing per device), and `drive` plays NNI 3.0's dispatcher and manager
+are independent), each trial is `trial.measure.measure` (the measuring service's build workers and
+device runners, as for nnictl trials), and `drive` plays NNI 3.0's dispatcher and manager
 (nni/runtime/msg_dispatcher.py, nni_node/core/nnimanager.js) call for call:
 
 * `update_search_space` first; then a request for `workers` parameters (the trial concurrency);
@@ -42,7 +42,8 @@ from nni.algorithms.hpo.evolution_tuner import EvolutionTuner
 from nni.tuner import Tuner
 
 from trial import space, templates
-from trial.measure import MeasureResult, Options, measure
+from trial.measure import Options, measure
+from trial.results import MeasureResult
 from trial.records import Records
 from trial.workload import Workload
 from tuners.space import twin_space

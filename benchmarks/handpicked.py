@@ -1,6 +1,6 @@
 """The hand-picked config of each workload through the trial's measure path, next to the vendor library.
 
-    python -m benchmarks.handpicked [--target auto] [op/spec ...]   (default: the original study's eight)
+    python -m benchmarks.handpicked [--target auto] [--json FILE] [op/spec ...]   (default: the study's eight)
 
 Prints one row per workload: status, GFLOPS, latency, and on CUDA the cuBLAS/cuDNN FP32 (TF32 off)
 figures measured in the same run (where PyTorch is installed), with the ratio.
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import Any
 
 from trial.measure import Options, measure
 from trial.workload import parse_name
@@ -18,6 +20,36 @@ from .vendor import baseline
 STUDY = ["mm/N512K1024M1024", "mm/N512K1024M4096", "mm/N512K4096M1024", "bmm/B960N128K128M64PNN",
          "bmm/B960N128K128M64PTN", "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0",
          "conv/N512C64HW27F192K5ST1PD2"]
+HEADER = ["workload", "status", "GFLOPS", "ms", "vendor GFLOPS", "ratio", "reason"]
+
+
+def measure_all(workloads: list[str], options: Options,
+                each: Callable[[dict[str, Any]], None] = lambda row: None) -> list[dict[str, Any]]:
+    """Each workload's hand-picked config measured, with the vendor's figure where there is one."""
+    rows = []
+    for name in workloads:
+        wl = parse_name(name)
+        r = measure(wl, None, options)
+        row = {"workload": name, **r.report()}
+        vendor = baseline(wl, r.target, options.repeat, options.min_repeat_ms)
+        if vendor:
+            row["vendor"] = vendor
+        rows.append(row)
+        each(row)
+    return rows
+
+
+def cells(row: dict[str, Any]) -> list[str]:
+    """The row as the table's cells (HEADER)."""
+    vendor = row.get("vendor")
+    ratio = f"{row['gflops'] / vendor['gflops']:.2f}" if vendor else "-"
+    return [row["workload"], row["status"], f"{row['gflops']:.1f}", f"{row['latency_ms'] or 0:.4f}",
+            f"{vendor['gflops']:.1f}" if vendor else "-", ratio, row["reason"][:80]]
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+                      *("| " + " | ".join(r) + " |" for r in rows)])
 
 
 def main() -> None:
@@ -26,20 +58,9 @@ def main() -> None:
     p.add_argument("--target", default="auto")
     p.add_argument("--json", help="also write the rows to this file")
     args = p.parse_args()
-    options = Options(target=args.target)
-    rows = []
-    print(f"{'workload':34} {'status':9} {'GFLOPS':>9} {'ms':>9} {'vendor GFLOPS':>14} {'ratio':>6}")
-    for name in args.workloads:
-        wl = parse_name(name)
-        r = measure(wl, None, options)
-        row = {"workload": name, **r.report()}
-        vendor = baseline(wl, r.target, options.repeat, options.min_repeat_ms)
-        if vendor:
-            row["vendor"] = vendor
-        ratio = f"{r.gflops / vendor['gflops']:.2f}" if vendor else "-"
-        print(f"{name:34} {r.status:9} {r.gflops:9.1f} {r.latency_ms or 0:9.3f} "
-              f"{vendor['gflops'] if vendor else 0:14.1f} {ratio:>6}  {r.reason[:80]}", flush=True)
-        rows.append(row)
+    print(" | ".join(HEADER), flush=True)
+    rows = measure_all(args.workloads, Options(target=args.target),
+                       lambda row: print(" | ".join(cells(row)), flush=True))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trial.measure import MeasureResult, Options, error_reason
+from trial.measure import Options
+from trial.results import MeasureResult, error_reason
 from trial.workload import Workload, parse
 
 from .driver import Progress, Run, Trial

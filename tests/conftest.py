@@ -1,11 +1,41 @@
+from multiprocessing.connection import Client
+
 import pytest
 
 
+def stop_services(folder):
+    """Stop every measuring service whose socket lies under `folder` (each test's services live there)."""
+    for key_file in folder.rglob("service-*.key"):
+        try:
+            with Client(str(key_file.with_suffix(".sock")), family="AF_UNIX", authkey=key_file.read_bytes()) as conn:
+                conn.send({"request": "stop"})
+                conn.recv()
+        except (OSError, EOFError):
+            pass  # gone already
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_locks(tmp_path_factory):
+    """The session's lock folder (device locks, cached device descriptions, the measuring service): one
+    for the whole session, on purpose: tests that measure share the devices and one measuring service, as
+    trials do.  Every service a test started is stopped when the session ends."""
+    base = tmp_path_factory.getbasetemp()
+    yield str(base / "locks")
+    stop_services(base)
+
+
 @pytest.fixture(autouse=True)
-def _private_state(tmp_path_factory, tmp_path, monkeypatch):
+def _private_state(_session_locks, tmp_path, monkeypatch):
     """Each test gets its own empty records store, under its tmp_path, so no test sees what another
-    recorded. The lock folder (device locks, cached device descriptions) is one for the whole session,
-    on purpose: tests that measure share the devices and take turns, as trials do; none of them ever
-    touches the user's own lock folder or store."""
-    monkeypatch.setenv("OPEVO_LOCK_DIR", str(tmp_path_factory.getbasetemp() / "locks"))
+    recorded; none of them ever touches the user's own lock folder or store."""
+    monkeypatch.setenv("OPEVO_LOCK_DIR", _session_locks)
     monkeypatch.setenv("OPEVO_RECORDS", str(tmp_path / "records" / "records.sqlite"))
+
+
+@pytest.fixture
+def private_service(tmp_path, monkeypatch):
+    """A lock folder, and so a measuring service, of the test's own; the service is stopped afterwards."""
+    locks = tmp_path / "locks"
+    monkeypatch.setenv("OPEVO_LOCK_DIR", str(locks))
+    yield locks
+    stop_services(locks)

@@ -83,3 +83,21 @@ class Wrong(_Matmul):
         k = te.reduce_axis((0, k_len - 1), name="k")
         C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
         return tvm.IRModule({"main": te.create_prim_func([A, B, C])})
+
+
+class IllegalAddress(_Matmul):
+    """Reads a terabyte past the end of A: a GPU kernel fails with an illegal address, which leaves the
+    process's CUDA context unusable; on the CPU the process dies of SIGSEGV."""
+
+    @staticmethod
+    def schedule(wl, params, gpu):
+        n, m = wl.output_shape
+        A, B = (te.placeholder(s, wl.dtype, name=name) for s, name in zip(wl.input_shapes, "AB"))
+        far = tvm.tirx.const(1 << 38, "int64")
+        C = te.compute((n, m), lambda i, j: A[i.astype("int64") + far, j.astype("int64")], name="C")
+        sch = s_tir.Schedule(te.create_prim_func([A, B, C]))
+        if gpu:
+            i, j = sch.get_loops(sch.get_sblock("C"))
+            sch.bind(i, "blockIdx.x")
+            sch.bind(j, "threadIdx.x")
+        return sch.mod

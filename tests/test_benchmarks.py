@@ -1,17 +1,19 @@
 """Benchmarks: the driver plays NNI's dispatcher faithfully; a tiny CPU comparison writes its CSV, plot, table."""
 import csv
 import itertools
+import json
 import threading
 from collections import deque
 
 import pytest
 import yaml
 from nni.tuner import Tuner
+from nni_experiment import free_port
 
-from benchmarks import compare, driver, experiments, vendor
+from benchmarks import compare, driver, experiments, gpucheck, vendor
 from trial import space as trial_space
 from trial import templates
-from trial.measure import STAGES, STATUSES, MeasureResult
+from trial.results import STAGES, STATUSES, MeasureResult
 from trial.records import Records
 from trial.workload import parse
 from tuners.opevo import OpEvoTuner
@@ -233,3 +235,23 @@ def test_nnictl_experiment_is_stopped_when_following_it_fails(tmp_path, monkeypa
     with pytest.raises(RuntimeError, match="web UI gone"):
         experiments.nnictl_experiment(tmp_path, "opevo", 8080)
     assert calls == [("create", "config_opevo.yml"), ("stop", "X")]
+
+
+def test_gpucheck_runs_end_to_end_on_the_cpu_when_asked(tmp_path, capsys):
+    """The GPU check's two parts, at a tiny size on the CPU (--target llvm): hand-picked table, then an
+    OpEvo experiment through nnictl; it passes only if both measured."""
+    out = tmp_path / "check.json"
+    code = gpucheck.main(["--target", "llvm", "--workloads", "mm/N16K16M16", "conv/N1C2HW8F4K3ST1PD1",
+                          "--experiment", "mm/N16K16M16", "--trials", "4", "--concurrency", "2",
+                          "--port", str(free_port()), "--json", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "| mm/N16K16M16 | ok |" in text and "| conv/N1C2HW8F4K3ST1PD1 | ok |" in text
+    assert "GPU check passed" in text
+    data = json.loads(out.read_text())
+    assert data["experiment"]["measured"] == 4 and data["experiment"]["best_gflops"] > 0
+
+
+def test_gpucheck_says_so_where_there_is_no_gpu(capsys):
+    assert gpucheck.main([]) == 2
+    assert "no GPU here" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """`python -m trial` by hand: help, clear usage errors, one JSON line per measurement."""
 import json
+import os
 import subprocess
 import sys
 
@@ -43,3 +44,24 @@ def test_a_failing_config_still_exits_zero_with_its_status():
     assert p.returncode == 0
     report = json.loads(p.stdout)
     assert report["status"] == "invalid" and report["default"] == 0.0 and "X: missing" in report["reason"]
+
+
+def test_under_nnis_file_channel_the_trial_uses_nnis_sdk(tmp_path):
+    """Where NNI gives no HTTP trial channel (its legacy file channel), the trial reads its parameters and
+    writes its result through NNI's SDK; nnictl experiments (tests/test_nnictl.py) cover the HTTP channel."""
+    from nni import dump
+
+    params = {"K": [1, 4, 4, 2], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1, "pipeline": 0}
+    (tmp_path / "parameter.cfg").write_text(dump({"parameter_id": 7, "parameter_source": "algorithm",
+                                                  "parameters": params, "parameter_index": 0}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NNI_")}
+    env.update(NNI_PLATFORM="local", NNI_SYS_DIR=str(tmp_path), NNI_OUTPUT_DIR=str(tmp_path), NNI_TRIAL_JOB_ID="t1")
+    p = subprocess.run([sys.executable, "-m", "trial", "mm", "N32K32M32", "--target", "llvm", "--min-repeat-ms", "1"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    sent = (tmp_path / ".nni" / "metrics").read_bytes()
+    assert sent.startswith(b"ME")
+    metric = json.loads(sent[8:])
+    report = json.loads(metric["value"])
+    assert metric["parameter_id"] == 7 and metric["type"] == "FINAL" and metric["trial_job_id"] == "t1"
+    assert report["status"] == "ok" and report["params"] == params and report["parameter_id"] == 7

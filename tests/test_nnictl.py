@@ -6,7 +6,7 @@ import pytest
 from nni_experiment import free_port, log_tail, running, write_config
 
 from trial import tune
-from trial.measure import STATUSES
+from trial.results import STATUSES
 from trial.records import Records
 from trial.workload import parse_name
 from tuners.space import from_twin

@@ -11,7 +11,8 @@ import pytest
 import tvm
 
 from trial import records, verify
-from trial.measure import MeasureResult, Options, measure
+from trial.measure import Options, measure
+from trial.results import MeasureResult
 from trial.records import Records
 from trial.templates.common import PIPELINE_DEPTHS
 from trial.templates.matmul import UNROLL_STEPS, VECTOR_WIDTHS

@@ -1,24 +1,21 @@
-"""Which device trials use here: from the cache a trial left, else asked of a child process."""
-import subprocess
-
+"""Which device trials use here: from the cache the measuring service left, else asked of the service."""
 from test_trial import GPU
 
-from trial import target
+from trial import client, measure, target
 
 
-def test_this_device_reads_what_a_trial_cached(monkeypatch, tmp_path):
+def test_this_device_reads_what_the_service_cached(monkeypatch, tmp_path):
     monkeypatch.setenv("OPEVO_LOCK_DIR", str(tmp_path))
 
-    def no_child(*args, **kwargs):
-        raise AssertionError("a child process was started")
+    def no_service(*args, **kwargs):
+        raise AssertionError("the measuring service was asked")
 
     target.save("cuda", GPU)
-    monkeypatch.setattr(subprocess, "run", no_child)
-    assert target.this_device("cuda") == "test GPU"
+    monkeypatch.setattr(client, "request", no_service)
+    assert measure.this_device("cuda") == "test GPU"
 
 
-def test_this_device_asks_a_child_and_caches_its_answer(monkeypatch, tmp_path):
-    monkeypatch.setenv("OPEVO_LOCK_DIR", str(tmp_path))
+def test_this_device_asks_the_service_which_caches_its_answer(private_service):
     assert target.load("llvm") is None
-    name = target.this_device("llvm")
+    name = measure.this_device("llvm")
     assert name and target.load("llvm").device_name == name

@@ -144,6 +144,7 @@ def test_gpu_schedules_lower_to_cuda_with_the_estimated_shared_memory(op, spec):
     ("Hang", {"run_timeout_s": 4}, "timeout", "kernel run exceeded 4 s"),
     ("SlowBuild", {"build_timeout_s": 4}, "timeout", "build exceeded 4 s"),
     ("Crash", {}, "runtime_error", "killed by SIGABRT"),
+    ("IllegalAddress", {}, "runtime_error", "killed by SIGSEGV"),
     ("CompileError", {}, "compile_error", "InternalError"),
     ("ScheduleError", {}, "compile_error", "not a data parallel block iter"),
     ("Wrong", {}, "wrong_result", "differ from the float64 reference"),
@@ -170,10 +171,9 @@ def test_bad_knobs_are_rejected_without_a_measuring_process():
     assert "stages" not in r.extra and r.target.startswith("llvm") and r.device
 
 
-def test_device_limits_from_the_cache_reject_gpu_knobs(monkeypatch, tmp_path):
+def test_device_limits_from_the_cache_reject_gpu_knobs(private_service):
     from trial import target
 
-    monkeypatch.setenv("OPEVO_LOCK_DIR", str(tmp_path))
     target.save("cuda", GPU)
     assert target.load("cuda") == GPU
     wl = parse("mm", "N2048K64M2048")

@@ -21,7 +21,7 @@ from typing import Any
 import nni
 import pytest
 
-from trial.measure import MeasureResult
+from trial.results import MeasureResult
 from trial.records import Records
 from trial.templates import matmul
 from trial.workload import parse, parse_name

@@ -15,7 +15,9 @@ import sqlite3
 import sys
 from typing import Any
 
-from .measure import MeasureResult, Options, measure
+from . import nnitrial
+from .measure import Options, measure
+from .results import MeasureResult, Status
 from .target import KINDS
 from .workload import OPS, SpecError, Workload, parse
 
@@ -84,20 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 5:
         p.error("--repeat must be at least 5")
     params = _params_arg(p, args.params)
-    under_nni = params is None and os.environ.get("NNI_PLATFORM") not in (None, "unittest")
+    under_nni = params is None and nnitrial.under_nni()
     parameter_id = None
     if under_nni:
-        import nni
-        import nni.trial
-
-        params = nni.get_next_parameter()
-        parameter_id = nni.trial._params["parameter_id"] if nni.trial._params else None
+        params, parameter_id = nnitrial.receive()
     try:
         wl = parse(args.op, args.spec)
     except SpecError as err:
         if not under_nni:
             p.error(str(err))
-        report = MeasureResult("invalid", str(err), params).report(parameter_id)
+        report = MeasureResult(Status.INVALID, str(err), params).report(parameter_id)
     else:
         options = Options(target=args.target, build_timeout_s=args.build_timeout,
                           run_timeout_s=args.run_timeout, repeat=args.repeat,
@@ -108,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             _record(args, wl, result)
     print(json.dumps(report), flush=True)
     if under_nni:
-        nni.report_final_result(report)
+        nnitrial.report(report, parameter_id)
     return 0
 
 

@@ -1,7 +1,9 @@
-"""One kernel timed per device at a time, across every trial process on this machine.
+"""One kernel timed per device at a time, across every process on this machine.
 
-Builds run in parallel; only the run-and-time stage holds a device's lock.  Locks are flock-based
-files (filelock), so a killed process releases its lock at once.  They live in $OPEVO_LOCK_DIR
+Within the measuring service each device has one runner, which is its queue; the lock makes
+runners of other services (another user's environment, another suite checkout) and the vendor
+baselines take turns with it.  Only the run-and-time stage holds a device's lock.  Locks are
+flock-based files (filelock), so a killed process releases its lock at once.  They live in $OPEVO_LOCK_DIR
 (default: <tmp>/opevo-locks) and are named after the physical device, so trials that see
 different CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES subsets still exclude each other correctly.
 """
@@ -32,10 +34,21 @@ def physical_ids(kind: str, count: int) -> list[str]:
     return ids[:count] if len(ids) >= count else [str(i) for i in range(count)]
 
 
+def _lock(kind: str, name: str) -> FileLock:
+    return FileLock(str(lock_dir() / f"{kind}-{name}.lock"))
+
+
+@contextmanager
+def hold(kind: str, index: int, count: int) -> Iterator[None]:
+    """Hold the lock of visible device `index` of `kind` (one of `count` visible), waiting for it."""
+    with _lock(kind, physical_ids(kind, count)[index]):
+        yield
+
+
 @contextmanager
 def acquire(kind: str, count: int, poll_s: float = 0.05) -> Iterator[int]:
     """Hold the lock of a free device of `kind` (one of `count` visible); yields its visible index."""
-    locks = [FileLock(str(lock_dir() / f"{kind}-{name}.lock")) for name in physical_ids(kind, count)]
+    locks = [_lock(kind, name) for name in physical_ids(kind, count)]
     while True:
         for index, lock in enumerate(locks):
             try:

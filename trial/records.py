@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .measure import MeasureResult
+from .results import MeasureResult
 from .workload import SpecError, Workload, parse_name
 
 DEFAULT = Path(__file__).resolve().parent.parent / "records" / "records.sqlite"
@@ -205,7 +205,7 @@ def _table(records: list[Record]) -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from .target import this_device
+    from .measure import this_device
 
     p = argparse.ArgumentParser(prog="python -m trial.records", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", help="the store (default: $OPEVO_RECORDS or records/records.sqlite)")

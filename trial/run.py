@@ -1,6 +1,7 @@
 """Run stage: execute a built kernel once on a device, check its output, then time it."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -9,8 +10,12 @@ import numpy as np
 import tvm
 
 from . import devicelock, verify
+from .results import error_reason
 from .target import Target
 from .workload import Workload
+
+
+PROBE_CALLS = 3
 
 
 @dataclass
@@ -45,7 +50,12 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
     problem = reference.check(out.numpy())
     if problem:
         raise WrongResult(problem)
-    timer = mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    # TVM's timer finds how many calls fill `min_repeat_ms` by growing its count within the first repeat,
+    # and by 1.6x whenever a repeat falls short; a few single calls (plus a margin) estimate it for less
+    # of the device's time
+    single = min(mod.time_evaluator("main", dev, number=1, repeat=PROBE_CALLS)(*args, out).results)
+    number = max(1, math.ceil(1.1 * min_repeat_ms / 1e3 / max(single, 1e-9)))
+    timer = mod.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     result = timer(*args, out)
     repeats = [float(r) for r in result.results]
     return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats)
@@ -57,8 +67,6 @@ def on_device(mod: Any, target: Target, reference: verify.Reference, repeat: int
 
     `started(index)` is called once the device is held, before the kernel runs.
     """
-    from .measure import error_reason
-
     with devicelock.acquire(target.kind, target.num_devices) as index:
         started(index)
         try:

@@ -1,10 +1,10 @@
 """Where kernels run: a TVM target plus the limits of the device behind it.
 
 `resolve("auto")` takes a CUDA GPU if one is present (arch from the device, e.g. sm_90), else a ROCm
-GPU, else the host CPU through LLVM.  Querying a GPU creates a driver context, so only the measuring
-child process calls this, never the trial's supervising parent; the child leaves what it found in a
-small cache (`save` / `load`) from which the parent checks knobs against the device's limits.
-TVM is imported only where a device is queried, so the parent does not pay for it.
+GPU, else the host CPU through LLVM.  Querying a GPU creates a driver context, so only a device's
+runner in the measuring service calls this (trial/runner.py); the service leaves what it found in a
+small cache (`save` / `load`) from which trials check knobs against the device's limits.
+TVM is imported only where a device is queried, so trials do not pay for it.
 """
 from __future__ import annotations
 
@@ -64,8 +64,16 @@ class Target:
         return {"cuda": tvm.cuda, "rocm": tvm.rocm, "llvm": tvm.cpu}[self.kind](index)
 
     def describe(self) -> dict[str, Any]:
+        """Plain JSON data; `from_description` makes the Target again."""
         return {"kind": self.kind, "target": self.target, "device_name": self.device_name,
                 "num_devices": self.num_devices, "limits": asdict(self.limits) if self.limits else None}
+
+    @classmethod
+    def from_description(cls, d: dict[str, Any]) -> Target:
+        limits = d["limits"]
+        if limits:
+            limits = DeviceLimits(**{**limits, "max_thread_dims": tuple(limits["max_thread_dims"])})
+        return cls(d["kind"], d["target"], d["device_name"], d["num_devices"], limits)
 
 
 def _count(make_device) -> int:
@@ -148,35 +156,6 @@ def save(kind: str, target: Target) -> None:
 def load(kind: str) -> Target | None:
     """What `resolve(kind)` found earlier on this machine since it booted, if anything."""
     try:
-        d = json.loads(_cache_file(kind).read_text())
-    except (OSError, ValueError):
+        return Target.from_description(json.loads(_cache_file(kind).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    limits = d["limits"]
-    if limits:
-        limits = DeviceLimits(**{**limits, "max_thread_dims": tuple(limits["max_thread_dims"])})
-    return Target(d["kind"], d["target"], d["device_name"], d["num_devices"], limits)
-
-
-def this_device(kind: str = "auto") -> str:
-    """The device a trial would use here: what a trial found (the cache), else asked of a child process,
-    so that the caller holds no GPU context and imports no TVM."""
-    known = load(kind)
-    if known:
-        return known.device_name
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-m", "trial.target", kind], capture_output=True, text=True,
-                         check=True, timeout=120).stdout
-    return json.loads(out)["device_name"]
-
-
-if __name__ == "__main__":
-    # python -m trial.target [kind]: what a trial would run on here, as JSON (used by tools that must
-    # not hold a GPU context themselves).
-    import sys
-
-    asked = sys.argv[1] if len(sys.argv) > 1 else "auto"
-    found = resolve(asked)
-    save(asked, found)
-    print(json.dumps(found.describe()))

@@ -22,7 +22,7 @@ from nni.experiment.config import ExperimentConfig
 
 from .records import Record, Records, decode_metric, default_path, fits_template
 from .space import read_trial_command
-from .target import this_device
+from .measure import this_device
 from .workload import parse
 
 FINISHED = ("DONE", "ERROR", "STOPPED")

@@ -492,7 +492,7 @@ class SpaceTuner(Tuner):
                 _logger.info("warm start: no verified record of %s in %s; starting cold", self.workload_key, path)
                 return []
             if self.device is None:
-                from trial.target import this_device
+                from trial.measure import this_device
 
                 self.device = this_device(os.environ.get("OPEVO_TARGET", "auto"))
             found = store.best(self.workload_key, self.device, n=self.warm_size, fits=space.contains)

@@ -1,0 +1,93 @@
+"""The GPU check: does this machine measure kernels on its GPU, from a single trial to a whole experiment?
+
+    python -m benchmarks.gpucheck [--trials 32] [--port 8080] [--json FILE]      (make gpu-check)
+
+1. The hand-picked config of each of the study's eight workloads through the measure path, next to
+   cuBLAS/cuDNN FP32 (TF32 off) timed in the same run.
+2. An OpEvo experiment of --trials trials on mm/N512K1024M1024 through `nnictl create`, as a user
+   starts one (cold: no warm start from the records), stopped at its end.
+Prints both tables in markdown; exits 1 if a hand-picked config is not `ok` or the experiment
+verified no kernel, 2 if there is no GPU here (--target llvm runs it on the CPU, for tests).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from trial.measure import Options, device
+from trial.target import TargetError
+from trial.workload import parse_name
+
+from .experiments import nnictl_experiment, write_folder
+from .handpicked import HEADER, STUDY, cells, markdown, measure_all
+
+EXPERIMENT = "mm/N512K1024M1024"
+
+
+def experiment(workload: str, trials: int, concurrency: int, port: int, target: str) -> dict[str, Any]:
+    """One cold OpEvo experiment through nnictl: what it measured, its best and its pace."""
+    os.environ["OPEVO_TARGET"] = target  # the experiment's trials measure where this check does
+    folder = write_folder(parse_name(workload), Path(tempfile.mkdtemp(prefix="opevo-gpucheck-")), trials, concurrency)
+    done = nnictl_experiment(folder, "opevo", port, timeout_s=1800, poll_s=2)
+    metrics = [r.metric for r in done.records if r.metric]
+    ok = [m for m in metrics if m["status"] == "ok"]
+    end = done.last_end if done.last_end is not None else done.started + done.wall_s
+    return {"workload": workload, "experiment": done.id, "nni_status": done.final, "trials": len(done.records),
+            "measured": len(metrics), "statuses": dict(Counter(m["status"] for m in metrics)),
+            "best_gflops": max((m["gflops"] for m in ok), default=0.0), "wall_s": end - done.started,
+            "trials_per_s": len(metrics) / max(end - done.started, 1e-9)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpucheck", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--trials", type=int, default=32, help="trials of the OpEvo experiment (default 32)")
+    p.add_argument("--concurrency", type=int, default=4, help="the experiment's trialConcurrency (default 4)")
+    p.add_argument("--port", type=int, default=8080, help="the experiment's web UI port (default 8080)")
+    p.add_argument("--target", default="auto", help="auto (the GPU) or a kind; llvm runs the check on the CPU")
+    p.add_argument("--workloads", nargs="+", default=STUDY, help="hand-picked workloads (default: the study's eight)")
+    p.add_argument("--experiment", default=EXPERIMENT, help=f"the experiment's workload (default {EXPERIMENT})")
+    p.add_argument("--json", type=Path, help="also write both tables' data here")
+    args = p.parse_args(argv)
+    try:
+        where = device(args.target)
+    except TargetError as err:
+        print(f"gpucheck: {err}", file=sys.stderr)
+        return 2
+    if not where.is_gpu and args.target == "auto":
+        print("gpucheck: no GPU here (TVM found no CUDA or ROCm device); --target llvm checks the CPU",
+              file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    print(f"# GPU check on {where.device_name} ({where.label})\n\n## Hand-picked configs\n", flush=True)
+    rows = measure_all(args.workloads, Options(target=args.target))
+    print(markdown(HEADER, [cells(r) for r in rows]), flush=True)
+    exp = experiment(args.experiment, args.trials, args.concurrency, args.port, args.target)
+    vendor = next((r["vendor"]["gflops"] for r in rows if r["workload"] == args.experiment and "vendor" in r), None)
+    print(f"\n## OpEvo through nnictl create ({exp['experiment']}, NNI status {exp['nni_status']})\n")
+    print(markdown(["workload", "trials", "measured", "statuses", "best GFLOPS", "vs vendor", "wall s", "trials/s"],
+                   [[exp["workload"], str(exp["trials"]), str(exp["measured"]),
+                     ", ".join(f"{k} {v}" for k, v in sorted(exp["statuses"].items())), f"{exp['best_gflops']:.1f}",
+                     f"{exp['best_gflops'] / vendor:.2f}" if vendor else "-", f"{exp['wall_s']:.1f}",
+                     f"{exp['trials_per_s']:.2f}"]]))
+    failed = [r["workload"] for r in rows if r["status"] != "ok"]
+    problems = [f"hand-picked config not ok: {', '.join(failed)}"] if failed else []
+    if exp["best_gflops"] <= 0:
+        problems.append("the experiment verified no kernel")
+    if args.json:
+        args.json.write_text(json.dumps({"device": where.describe(), "handpicked": rows, "experiment": exp}, indent=1))
+    verdict = "FAILED: " + "; ".join(problems) if problems else "passed"
+    print(f"\nGPU check {verdict} ({time.monotonic() - start:.0f} s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

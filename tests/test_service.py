@@ -1,0 +1,172 @@
+"""The measuring service on the CPU: warm workers that survive what kernels and trials do to them.
+
+Each test here has a service of its own (`private_service`), so it can kill, hang or stop it.
+"""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+
+from trial import client
+from trial.measure import Options, measure
+from trial.workload import parse
+
+FAST = Options(target="llvm", min_repeat_ms=1)
+WL = parse("mm", "N16K16M16")
+TESTS = str(Path(__file__).parent)
+
+
+def status():
+    return client.request({"request": "status"}, start=False)
+
+
+def wait_for(condition, timeout_s=30.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; the service: {status()}")
+
+
+def faulty(name, **options):
+    return Options(**{**FAST.__dict__, "template": f"faulty_templates:{name}", **options})
+
+
+def test_workers_are_reused_and_only_kernels_wait_for_the_device(private_service):
+    first = measure(WL, None, FAST)
+    assert first.status == "ok", first.reason
+    pids = status()["workers"]
+    for _ in range(3):
+        assert measure(WL, None, FAST).status == "ok"
+    assert status()["workers"] == pids  # the same processes: no start-up per measurement
+    again = measure(WL, None, FAST)
+    assert set(again.extra["stages"]) == {"startup", "setup", "build", "lock_wait", "run", "exit"}
+    assert again.extra["stages"]["startup"] < 1.0
+
+
+def test_concurrent_trials_share_one_service(private_service):
+    specs = ["N16K16M16", "N32K16M16", "N16K32M16", "N16K16M32", "N48K16M16", "N16K48M16"]
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda spec: measure(parse("mm", spec), None, FAST), specs))
+    assert [r.status for r in results] == ["ok"] * 6, [r.reason for r in results]
+    assert status()["served"] == {"ok": 6}
+
+
+def test_a_crashed_runner_is_replaced_and_the_next_trial_measures(private_service):
+    crash = measure(WL, None, faulty("Crash"))
+    assert crash.status == "runtime_error" and "killed by SIGABRT during run" in crash.reason
+    after = measure(WL, None, FAST)
+    assert after.status == "ok", after.reason
+
+
+def test_a_hung_kernel_times_out_and_the_next_trial_measures(private_service):
+    hung = measure(WL, None, faulty("Hang", run_timeout_s=3))
+    assert hung.status == "timeout" and "kernel run exceeded 3 s" in hung.reason
+    after = measure(WL, None, FAST)
+    assert after.status == "ok", after.reason
+
+
+def test_a_killed_trial_frees_the_device_at_once(private_service, monkeypatch):
+    """A trial killed while its kernel hangs: the service gives the run up (it never answers anyone) and
+    the next trial measures long before the hung run's own timeout."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))  # one service
+    trial = subprocess.Popen([sys.executable, "-m", "trial", "mm", WL.spec, "--target", "llvm", "--no-record",
+                              "--template", "faulty_templates:Hang", "--run-timeout", "120"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (s := status()) and s["active"] >= 1 and any(n.startswith("runner") for n in s["workers"]),
+                 60, "the hung trial to reach the device")
+        time.sleep(1.0)
+    finally:
+        trial.kill()
+        trial.wait()
+    start = time.monotonic()
+    after = measure(WL, None, FAST)
+    assert after.status == "ok", after.reason
+    assert time.monotonic() - start < 30
+
+
+def test_a_killed_service_is_replaced_and_the_trial_gets_its_status(private_service):
+    """The service dies mid-measurement: the trial's request goes to a new service, which answers it; the
+    dead service's workers end by themselves."""
+    measure(WL, None, FAST)
+    old = status()
+    answers = []
+    slow = threading.Thread(target=lambda: answers.append(measure(WL, None, faulty("SlowBuild", build_timeout_s=4))))
+    slow.start()
+    wait_for(lambda: status()["active"] >= 1, 30, "the slow build to start")
+    os.kill(old["pid"], signal.SIGKILL)
+    slow.join(120)
+    assert answers and answers[0].status == "timeout" and "build exceeded 4 s" in answers[0].reason
+    assert status()["pid"] != old["pid"]
+    wait_for(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                             for pid in old["workers"].values()), 15, "the old service's workers to exit")
+
+
+def test_the_service_exits_when_idle_and_takes_its_workers(private_service, monkeypatch):
+    monkeypatch.setenv(client.IDLE_ENV, "2")
+    assert measure(WL, None, FAST).status == "ok"
+    running = status()
+    service = psutil.Process(running["pid"])
+    service.wait(30)
+    assert status() is None
+    for pid in running["workers"].values():
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert measure(WL, None, FAST).status == "ok"  # the next measurement starts a new one
+
+
+def test_stop_and_status_from_the_command_line(private_service):
+    no_service = subprocess.run([sys.executable, "-m", "trial.service", "status"], capture_output=True, text=True)
+    assert "no measuring service runs" in no_service.stdout
+    assert measure(WL, None, FAST).status == "ok"
+    pid = status()["pid"]
+    stopped = subprocess.run([sys.executable, "-m", "trial.service", "stop"], capture_output=True, text=True)
+    assert str(pid) in stopped.stdout
+    psutil.Process(pid).wait(30)
+
+
+FORK_HOOK = '''
+import os, sys
+
+def _fork_after_tvm():
+    if "tvm" in sys.modules:
+        with open(os.environ["OPEVO_FORK_LOG"], "a") as log:
+            log.write(f"{os.getpid()} {sys.argv[:3]} forked after importing tvm\\n")
+
+os.register_at_fork(before=_fork_after_tvm)
+'''
+
+
+@pytest.fixture
+def fork_watch(tmp_path, monkeypatch):
+    """Every Python process started from here on (the service, its workers) logs a fork made after TVM
+    was imported: on a GPU machine the child of such a fork cannot initialise CUDA."""
+    hook = tmp_path / "forkwatch"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FORK_HOOK)
+    log = tmp_path / "forks.log"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hook), TESTS, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("OPEVO_FORK_LOG", str(log))
+    return log
+
+
+def test_the_fork_watch_sees_a_fork_after_importing_tvm(fork_watch):
+    subprocess.run([sys.executable, "-c", "import os, tvm; pid = os.fork(); os._exit(0) if pid == 0 else os.wait()"],
+                   check=True)
+    assert "forked after importing tvm" in fork_watch.read_text()
+
+
+def test_no_measuring_process_is_forked_from_one_that_imported_tvm(private_service, fork_watch):
+    for options in (FAST, faulty("Crash"), faulty("CompileError"), faulty("Hang", run_timeout_s=2)):
+        assert measure(WL, None, options).status in ("ok", "runtime_error", "compile_error", "timeout")
+    assert measure(WL, None, FAST).status == "ok"
+    assert not fork_watch.exists(), fork_watch.read_text()

@@ -1,0 +1,367 @@
+"""python -m trial.service: this machine's measuring service, through which every measurement runs.
+
+Trials, benchmarks and exports send requests here (trial/client.py starts the service when none
+runs).  The service itself imports no TVM and touches no device: it hands each build to a pool of
+build workers and each run to the runner of a free device (one per device, holding its context),
+all spawned processes (trial/worker.py), so the work of many trial processes shares warm workers.
+A request whose trial has gone is dropped before it reaches a device.  The service exits after
+$OPEVO_SERVICE_IDLE_S seconds without requests (default 300), on `stop`, or on SIGTERM, and kills
+its workers as it goes; workers also exit by themselves if it dies.
+
+    python -m trial.service status    what the service of this environment is doing
+    python -m trial.service stop      stop it now (the next measurement starts a new one)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import secrets
+import shutil
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+from . import client, nnitrial
+from .results import Status, error_reason
+from .target import Target, TargetError, save
+from .worker import CallCancelled, CallFailed, Worker, WorkerDied, WorkerTimeout
+
+DESCRIBE_TIMEOUT_S = 120.0
+
+
+class Runner:
+    """The worker that runs kernels on one device."""
+
+    def __init__(self, target: Target, index: int, worker: Worker | None = None) -> None:
+        self.target, self.index = target, index
+        self.worker = worker or Worker(f"runner-{target.kind}-{index}")
+
+
+class Devices:
+    """The targets found on this machine, and a queue of free runners per target kind."""
+
+    def __init__(self) -> None:
+        self._targets: dict[str, Target | TargetError] = {}
+        self._free: dict[str, queue.Queue[Runner]] = {}
+        self._lock = threading.Lock()
+
+    def target(self, kind: str) -> Target:
+        """The target `kind` resolves to here, found once by a runner (which then serves its device 0)."""
+        with self._lock:
+            if kind not in self._targets:
+                self._targets[kind] = self._resolve(kind)
+        found = self._targets[kind]
+        if isinstance(found, TargetError):
+            raise found
+        return found
+
+    def _resolve(self, kind: str) -> Target | TargetError:
+        probe = Worker(f"runner-{kind}-0")
+        try:
+            answer = probe.call("trial.runner:describe", kind, timeout=DESCRIBE_TIMEOUT_S)
+        except (CallFailed, WorkerDied, WorkerTimeout) as err:
+            probe.stop()
+            return TargetError(f"could not query the {kind} device: {err}")
+        if "error" in answer:
+            probe.stop()
+            return TargetError(answer["error"])
+        target = Target.from_description(answer["target"])
+        save(kind, target)  # what trials check knobs against before they send a request
+        if target.kind in self._free:
+            probe.stop()
+        else:
+            free: queue.Queue[Runner] = queue.Queue()
+            free.put(Runner(target, 0, probe))
+            for index in range(1, target.num_devices):
+                free.put(Runner(target, index))
+            self._free[target.kind] = free
+        return target
+
+    @contextmanager
+    def runner(self, target: Target) -> Iterator[Runner]:
+        """A free runner of `target`'s kind, waiting for one; a runner whose worker died is revived first."""
+        free = self._free[target.kind]
+        runner = free.get()
+        try:
+            yield runner
+        finally:
+            if runner.worker.alive:
+                free.put(runner)
+            else:
+                threading.Thread(target=self._revive, args=(runner, free), daemon=True).start()
+
+    @staticmethod
+    def _revive(runner: Runner, free: queue.Queue[Runner]) -> None:
+        try:
+            runner.worker.call("trial.runner:warm", runner.target.describe(), runner.index, timeout=DESCRIBE_TIMEOUT_S)
+        except (CallFailed, WorkerDied, WorkerTimeout) as err:
+            print(f"runner {runner.worker.name} did not restart: {err}", file=sys.stderr, flush=True)
+        free.put(runner)
+
+    def workers(self) -> list[Worker]:
+        return [r.worker for free in self._free.values() for r in list(free.queue)]
+
+
+class Builders:
+    """Build workers, started as concurrent builds need them; the most recently used is reused first."""
+
+    def __init__(self, size: int) -> None:
+        self._free: queue.LifoQueue[Worker] = queue.LifoQueue()
+        self.all = [Worker(f"build-{i}") for i in range(size)]
+        for worker in reversed(self.all):
+            self._free.put(worker)
+
+    @contextmanager
+    def worker(self) -> Iterator[Worker]:
+        worker = self._free.get()
+        try:
+            yield worker
+        finally:
+            self._free.put(worker)
+
+
+class Service:
+    def __init__(self, workdir: Path, idle_s: float, build_workers: int) -> None:
+        self.workdir, self.idle_s = workdir, idle_s
+        self.builders = Builders(build_workers)
+        self.devices = Devices()
+        self.started = time.time()
+        self.served: Counter[str] = Counter()
+        self.active, self.last = 0, time.monotonic()
+        self.closing = threading.Event()
+        self._lock = threading.Lock()
+
+    # --- requests -------------------------------------------------------------------------------
+    def measure(self, m: dict[str, Any], conn: Connection) -> dict[str, Any] | None:
+        """Build and run one configuration; None if the requesting trial went away meanwhile."""
+        marks = {"received": time.time()}
+        options = m["options"]
+        out: dict[str, Any] = {"params": m["params"], "marks": marks}
+        try:
+            target = self.devices.target(options["target"])
+        except TargetError as err:
+            return {**out, "status": Status.INVALID, "reason": str(err)}
+        out.update(target=target.label, device=target.device_name)
+        path = self.workdir / f"{uuid.uuid4().hex}.so"
+
+        def gone() -> bool:  # the trial sends nothing more: readable means it has hung up
+            return conn.poll(0)
+
+        try:
+            with self.builders.worker() as builder:
+                marks["building"] = time.time()
+                built = self._build(builder, m, target, path, gone)
+            if built is None:
+                return None
+            out.update(built)
+            if built["status"] != "built":
+                return out
+            marks["built"] = time.time()
+            with self.devices.runner(target) as runner:
+                ran = None if gone() else self._run(runner, m, target, path, marks, gone)
+            if ran is None:
+                return None
+            out.update(ran, device_index=runner.index)
+            return out
+        finally:
+            marks["done"] = time.time()
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _build(builder: Worker, m: dict[str, Any], target: Target, path: Path,
+               gone: Callable[[], bool]) -> dict[str, Any] | None:
+        timeout = m["options"]["build_timeout_s"]
+        try:
+            return builder.call("trial.builder:build_library", m["op"], m["spec"], m["params"],
+                                m["options"]["template"], target.describe(), str(path), m["sys_path"],
+                                timeout=timeout, cancelled=gone)
+        except CallCancelled:
+            return None
+        except WorkerTimeout:
+            return {"status": Status.TIMEOUT, "reason": f"build exceeded {timeout:g} s; killed"}
+        except WorkerDied as err:
+            return {"status": Status.COMPILE_ERROR, "reason": f"{err} during build"}
+        except CallFailed as err:
+            return {"status": Status.COMPILE_ERROR, "reason": str(err)}
+
+    @staticmethod
+    def _run(runner: Runner, m: dict[str, Any], target: Target, path: Path, marks: dict[str, float],
+             gone: Callable[[], bool]) -> dict[str, Any] | None:
+        options = m["options"]
+        limit = options["run_timeout_s"]
+
+        def progress(kind: str, _payload: Any) -> float:
+            marks[kind] = time.time()  # "held": the device is ours, the run's deadline starts
+            return limit
+
+        try:
+            result = runner.worker.call("trial.runner:run_library", str(path), m["op"], m["spec"], options["seed"],
+                                        options["repeat"], options["min_repeat_ms"], target.describe(),
+                                        runner.index, progress=progress, cancelled=gone)
+        except CallCancelled:
+            return None
+        except WorkerTimeout:
+            return {"status": Status.TIMEOUT, "reason": f"kernel run exceeded {limit:g} s; killed"}
+        except (WorkerDied, CallFailed) as err:
+            runner.worker.stop()
+            return {"status": Status.RUNTIME_ERROR, "reason": f"{err} during run"}
+        if result.pop("replace", False):
+            runner.worker.stop()
+        return result
+
+    def describe(self, kind: str) -> dict[str, Any]:
+        try:
+            return {"target": self.devices.target(kind).describe()}
+        except TargetError as err:
+            return {"error": str(err)}
+
+    @staticmethod
+    def nni(m: dict[str, Any]) -> dict[str, Any]:
+        """A trial's exchange with NNI's trial channel, done here so that the trial need not import NNI."""
+        try:
+            if m["request"] == "nni_receive":
+                return nnitrial.fetch(m["channel"])
+            nnitrial.send(m["channel"], m["parameter_id"], m["trial_job_id"], m["metric"])
+            return {}
+        except Exception as err:  # NNI's channel refused or went away: the trial says so and fails
+            return {"error": f"NNI's trial channel {m['channel']}: {error_reason(err)}"}
+
+    def status(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "up_s": round(time.time() - self.started, 1), "active": self.active - 1,
+                "served": dict(self.served), "idle_exit_s": self.idle_s,
+                "workers": {w.name: w.pid for w in [*self.builders.all, *self.devices.workers()] if w.alive}}
+
+    def handle(self, conn: Connection) -> None:
+        try:
+            m = conn.recv()
+            request = m.get("request")
+            if request == "measure":
+                try:
+                    answer = self.measure(m, conn)
+                except Exception as err:  # a fault of the service's own: the trial still gets a status
+                    answer = {"status": Status.RUNTIME_ERROR, "params": m.get("params"),
+                              "reason": f"measuring service failed: {error_reason(err)}"}
+                if answer is None:
+                    return
+                self.served[str(answer["status"])] += 1
+            elif request == "describe":
+                answer = self.describe(m["target"])
+            elif request in ("nni_receive", "nni_report"):
+                answer = self.nni(m)
+            elif request == "status":
+                answer = self.status()
+            elif request == "stop":
+                answer = {"stopping": os.getpid()}
+                self.closing.set()
+            else:
+                answer = {"error": f"unknown request {request!r}"}
+            conn.send(answer)
+        except (EOFError, OSError):
+            pass  # the requester went away
+        finally:
+            conn.close()
+            with self._lock:
+                self.active -= 1
+                self.last = time.monotonic()
+
+    # --- lifetime -------------------------------------------------------------------------------
+    def serve(self, listener: Listener, socket: str, key: bytes) -> None:
+        threading.Thread(target=self._watch_idle, args=(socket, key), daemon=True).start()
+        threading.Thread(target=self._warm_builder, daemon=True).start()
+        while True:
+            try:
+                conn = listener.accept()
+            except (AuthenticationError, EOFError, OSError):
+                if self.closing.is_set():
+                    return
+                continue
+            with self._lock:
+                if self.closing.is_set():
+                    conn.close()
+                    return
+                self.active += 1
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def _warm_builder(self) -> None:
+        with self.builders.worker() as builder:
+            try:
+                builder.call("trial.builder:warm")
+            except (CallFailed, WorkerDied) as err:
+                print(f"build worker did not start: {err}", file=sys.stderr, flush=True)
+
+    def _watch_idle(self, socket: str, key: bytes) -> None:
+        while not self.closing.wait(0.5):
+            with self._lock:
+                if self.active == 0 and time.monotonic() - self.last > self.idle_s:
+                    self.closing.set()
+        try:  # wake the accept loop
+            Client(socket, family="AF_UNIX", authkey=key).close()
+        except (OSError, EOFError, AuthenticationError):
+            pass
+
+    def shutdown(self) -> None:
+        for worker in [*self.builders.all, *self.devices.workers()]:
+            worker.kill_now()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def serve(socket: str, key_file: Path, workdir: Path, idle_s: float, build_workers: int) -> None:
+    """Run the service until it is idle, stopped or terminated."""
+    key = secrets.token_bytes(32)
+    shutil.rmtree(workdir, ignore_errors=True)  # what a killed service left
+    workdir.mkdir(parents=True)
+    tmp = key_file.with_suffix(f".{os.getpid()}.tmp")
+    tmp.touch(mode=0o600)
+    tmp.write_bytes(key)
+    tmp.replace(key_file)
+    Path(socket).unlink(missing_ok=True)  # a stale socket of a killed service; clients start us under a lock
+    service = Service(workdir, idle_s, build_workers)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    listener = Listener(socket, family="AF_UNIX", authkey=key)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} measuring service {os.getpid()} serving on {socket}, "
+          f"{build_workers} build workers, idle exit {idle_s:g} s", flush=True)
+    try:
+        service.serve(listener, socket, key)
+    finally:
+        if key_file.exists() and key_file.read_bytes() == key:  # ours, not a successor's
+            key_file.unlink(missing_ok=True)
+            Path(socket).unlink(missing_ok=True)
+        listener.close()
+        service.shutdown()
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} measuring service {os.getpid()} stopped after serving "
+              f"{dict(service.served)}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trial.service", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("status", help="what the service of this environment is doing (JSON)")
+    sub.add_parser("stop", help="stop the service of this environment")
+    s = sub.add_parser("serve", help="run the service (trials start it; not for use by hand)")
+    s.add_argument("--socket", required=True)
+    s.add_argument("--key-file", type=Path, required=True)
+    s.add_argument("--workdir", type=Path, required=True)
+    s.add_argument("--idle", type=float, default=float(os.environ.get(client.IDLE_ENV) or client.IDLE_S))
+    s.add_argument("--build-workers", type=int, default=os.cpu_count() or 1)
+    args = p.parse_args(argv)
+    if args.command == "serve":
+        serve(args.socket, args.key_file, args.workdir, args.idle, args.build_workers)
+        return 0
+    answer = client.request({"request": args.command}, start=False)
+    print(json.dumps(answer, indent=1) if answer is not None else "no measuring service runs for this environment")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
