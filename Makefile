@@ -50,11 +50,11 @@ test: install  ## run the test suite (CPU only)
 	$(BIN)/python -m pytest tests
 
 tune: install  ## tune OP/SPEC with TUNER (default mm N512K1024M1024, opevo) on the best target; web UI on PORT; RETUNE=1 to tune a recorded workload again
-	test -f $(EXPERIMENT)/config_$(TUNER).yml || $(BIN)/python -m trial.space $(OP) $(SPEC)
-	$(BIN)/python -m trial.tune $(EXPERIMENT)/config_$(TUNER).yml --port $(PORT) $(if $(RETUNE),--retune)
+	test -f $(EXPERIMENT)/config_$(TUNER).yml || $(BIN)/python -m experiments.write $(OP) $(SPEC)
+	$(BIN)/python -m experiments.tune $(EXPERIMENT)/config_$(TUNER).yml --port $(PORT) $(if $(RETUNE),--retune)
 
 experiment: install  ## write the experiment folder of OP/SPEC (search space + one config per tuner)
-	$(BIN)/python -m trial.space $(OP) $(SPEC)
+	$(BIN)/python -m experiments.write $(OP) $(SPEC)
 
 trial: install  ## measure the hand-picked config of OP/SPEC once, e.g. make trial OP=conv SPEC=N1C3HW32F8K3ST1PD1
 	$(BIN)/python -m trial $(OP) $(SPEC)

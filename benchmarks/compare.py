@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from trial import space
+from experiments import registry, write
 from trial.measure import Options
 from trial.results import STAGES
 from trial.records import Records
@@ -221,7 +221,7 @@ def _run_json(run: driver.Run) -> dict[str, Any]:
 
 
 def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Path,
-            workers: int = space.CONCURRENCY, options: Options = Options(), records: Records | None = None,
+            workers: int = registry.CONCURRENCY, options: Options = Options(), records: Records | None = None,
             progress: bool = True, vendor: bool = True, parallel: int = 1, with_breakdown: bool = False,
             nnictl_port: int | None = None
             ) -> tuple[list[driver.Run], list[dict[str, Any]], dict[str, Any] | None, str]:
@@ -285,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"of {', '.join(TUNERS)}; name:N runs N seeds of that tuner")
     p.add_argument("--trials", type=int, default=128, help="measured trials per run (default 128)")
     p.add_argument("--seeds", type=int, default=1, help="seeds per tuner unless name:N says (default 1)")
-    p.add_argument("--workers", type=int, default=space.CONCURRENCY,
-                   help=f"trials measured at once by the driver, as trialConcurrency (default {space.CONCURRENCY})")
+    p.add_argument("--workers", type=int, default=registry.CONCURRENCY,
+                   help=f"trials measured at once by the driver, as trialConcurrency (default {registry.CONCURRENCY})")
     p.add_argument("--parallel", type=int, default=1,
                    help="runs at a time (default 1: each run alone, for wall times and rates)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))

@@ -3,7 +3,7 @@
 A benchmark needs many seeded runs of several tuners, in one process without NNI's manager (a Node
 server, a dispatcher process, a trial process per trial that imports NNI), while measuring exactly
 what an nnictl experiment measures.  So the tuner classes and their classArgs are the experiments'
-(`trial.space.TUNERS`, `trial.space.BUILTIN_TUNERS`; but no warm start from the records, so that runs
+(`experiments.registry.TUNERS`, `experiments.registry.BUILTIN_TUNERS`; but no warm start from the records, so that runs
 are independent), each trial is `trial.measure.measure` (the measuring service's build workers and
 device runners, as for nnictl trials), and `drive` plays NNI 3.0's dispatcher and manager
 (nni/runtime/msg_dispatcher.py, nni_node/core/nnimanager.js) call for call:
@@ -18,7 +18,7 @@ device runners, as for nnictl trials), and `drive` plays NNI 3.0's dispatcher an
 * the run ends when the budget is submitted and done, or when nothing runs and nothing waits: the tuner
   answered short (NNI's "no more trials", `NoMoreTrialError`) and has nothing left to send.
 
-NNI's built-in tuners search the standard-type twin of the space (`tuners.space.twin_space`); their
+NNI's built-in tuners search the standard-type twin of the space (`searchspace.twin_space`); their
 parameters go to `measure` as they are and the trial decodes them (`from_twin`), as under nnictl.
 """
 from __future__ import annotations
@@ -41,12 +41,13 @@ import numpy as np
 from nni.algorithms.hpo.evolution_tuner import EvolutionTuner
 from nni.tuner import Tuner
 
-from trial import space, templates
+from experiments import registry, write
+from trial import templates
 from trial.measure import Options, measure
 from trial.results import MeasureResult
 from trial.records import Records
 from trial.workload import Workload
-from tuners.space import twin_space
+from searchspace import twin_space
 
 from .plots import best_so_far
 
@@ -73,10 +74,10 @@ class SeededEvolutionTuner(EvolutionTuner):
 
 _BUILTIN_CLASSES = {"Random": "nni.algorithms.hpo.random_tuner.RandomTuner",
                     "Evolution": "benchmarks.driver.SeededEvolutionTuner"}
-"""The classes behind the NNI built-in `name`s in `trial.space.BUILTIN_TUNERS` (the seeded Evolution in
+"""The classes behind the NNI built-in `name`s in `experiments.registry.BUILTIN_TUNERS` (the seeded Evolution in
 place of NNI's); entries there with a `className` (TPE: `tuners.tpe.TPETuner`) name their class."""
 
-TUNERS = (*space.TUNERS, *space.BUILTIN_TUNERS)
+TUNERS = (*registry.TUNERS, *registry.BUILTIN_TUNERS)
 """Tuners the driver runs: the suite's on its space, NNI's built-ins on the twin space."""
 
 
@@ -84,8 +85,8 @@ def make_tuner(name: str, seed: int) -> tuple[Tuner, bool]:
     """The tuner `name` with the experiments' classArgs and `seed`; and whether it searches the twin space."""
     if name not in TUNERS:
         raise ValueError(f"unknown tuner {name!r}: expected one of {', '.join(TUNERS)}")
-    twin = name in space.BUILTIN_TUNERS
-    spec = space.BUILTIN_TUNERS[name] if twin else space.TUNERS[name]
+    twin = name in registry.BUILTIN_TUNERS
+    spec = registry.BUILTIN_TUNERS[name] if twin else registry.TUNERS[name]
     module, _, cls = (spec.get("className") or _BUILTIN_CLASSES[spec["name"]]).rpartition(".")
     return getattr(importlib.import_module(module), cls)(**spec.get("classArgs", {}), seed=seed), twin
 
@@ -218,7 +219,7 @@ class Progress:
         self.bar.close()
 
 
-def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = space.CONCURRENCY,
+def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = registry.CONCURRENCY,
         options: Options = Options(), records: Records | None = None, progress: bool = True,
         evaluate: Evaluate | None = None) -> Run:
     """One seeded run of `tuner` on `wl` through the measure path; each measurement goes to `records`.

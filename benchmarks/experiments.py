@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from trial import space, tune
+from experiments import registry, tune, write
 from trial.measure import Options
 from trial.workload import Workload, parse_name
 
@@ -48,7 +48,7 @@ def write_folder(wl: Workload, root: Path, trials: int, concurrency: int) -> Pat
     Written once and shared by the tuners' experiments; starting cold keeps a benchmark's runs
     independent of earlier records (and of each other).
     """
-    return space.write(wl, root, max_trials=trials, concurrency=concurrency, warm_start=False)
+    return write.write(wl, root, max_trials=trials, concurrency=concurrency, warm_start=False)
 
 
 def nnictl_experiment(folder: Path, tuner: str, port: int, timeout_s: float = 24 * 3600, poll_s: float = 5.0,
@@ -97,9 +97,9 @@ def run_one(folder: Path, tuner: str, port: int, timeout_s: float) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("workload", help="op/spec, e.g. mm/N512K1024M1024")
-    p.add_argument("--tuners", nargs="+", default=["opevo"], choices=sorted([*space.TUNERS, *space.BUILTIN_TUNERS]))
+    p.add_argument("--tuners", nargs="+", default=["opevo"], choices=sorted([*registry.TUNERS, *registry.BUILTIN_TUNERS]))
     p.add_argument("--trials", type=int, default=128)
-    p.add_argument("--concurrency", type=int, default=space.CONCURRENCY)
+    p.add_argument("--concurrency", type=int, default=registry.CONCURRENCY)
     p.add_argument("--together", action="store_true", help="run the tuners' experiments at the same time")
     p.add_argument("--port", type=int, default=8080, help="first web UI port; one port per tuner")
     p.add_argument("--timeout", type=float, default=24 * 3600, help="stop each experiment after this many seconds")

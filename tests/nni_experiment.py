@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from trial import space, tune
+from experiments import tune, write
 from trial.workload import parse_name
 
 
@@ -24,7 +24,7 @@ def write_config(tmp_path: Path, workload: str, tuner: str, trials: int, concurr
     Warm start from the records store (the suite's tuners) is off unless asked for, so an experiment
     runs its own search.
     """
-    folder = space.write(parse_name(workload), tmp_path / "experiments", max_trials=trials,
+    folder = write.write(parse_name(workload), tmp_path / "experiments", max_trials=trials,
                          concurrency=concurrency, warm_start=warm_start)
     path = folder / f"config_{tuner}.yml"
     config = yaml.safe_load(path.read_text())

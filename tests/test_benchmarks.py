@@ -11,13 +11,13 @@ from nni.tuner import Tuner
 from nni_experiment import free_port
 
 from benchmarks import compare, driver, experiments, gpucheck, vendor
-from trial import space as trial_space
+from experiments import registry, write
 from trial import templates
 from trial.results import STAGES, STATUSES, MeasureResult
 from trial.records import Records
 from trial.workload import parse
 from tuners.opevo import OpEvoTuner
-from tuners.space import SearchSpace, from_twin, twin_space
+from searchspace import SearchSpace, from_twin, twin_space
 
 TINY = {"a": {"_type": "choice", "_value": [1, 2, 3]}}
 SPACE = {"a": {"_type": "choice", "_value": list(range(1, 41))},
@@ -115,8 +115,8 @@ def test_no_more_trials_ends_the_run_on_a_tiny_space(name):
 def test_make_tuner_builds_the_experiments_tuner_seeded(name):
     """The experiment configs' class (the seeded Evolution in place of NNI's), the twin space for built-ins."""
     tuner, twin = driver.make_tuner(name, seed=1)
-    assert twin == (name in trial_space.BUILTIN_TUNERS)
-    spec = trial_space.BUILTIN_TUNERS[name] if twin else trial_space.TUNERS[name]
+    assert twin == (name in registry.BUILTIN_TUNERS)
+    spec = registry.BUILTIN_TUNERS[name] if twin else registry.TUNERS[name]
     assert f"{type(tuner).__module__}.{type(tuner).__qualname__}" == (spec.get("className")
                                                                        or driver._BUILTIN_CLASSES[spec["name"]])
 
@@ -216,10 +216,10 @@ def test_vendor_baseline_only_on_cuda():
 def test_benchmark_experiments_start_cold(tmp_path):
     wl = parse("mm", "N32K32M32")
     folder = experiments.write_folder(wl, tmp_path, trials=8, concurrency=2)
-    for tuner in trial_space.TUNERS:
+    for tuner in registry.TUNERS:
         config = yaml.safe_load((folder / f"config_{tuner}.yml").read_text())
         assert config["tuner"]["classArgs"]["warm_start"] is False and config["maxTrialNumber"] == 8
-    default = trial_space.config(wl, "opevo", tmp_path)
+    default = write.config(wl, "opevo", tmp_path)
     assert default["tuner"]["classArgs"]["warm_start"] is True  # the checked-in experiments warm-start
 
 

@@ -8,10 +8,10 @@ import yaml
 from nni.experiment.config import ExperimentConfig
 from nni.tools.package_utils.tuner_factory import create_builtin_class_instance, create_customized_class_instance
 
-from trial import space
+from experiments import registry, write
 from trial.workload import parse
 
-FOLDERS = sorted(p.parent for p in space.EXPERIMENTS.glob("*/*/search_space.json"))
+FOLDERS = sorted(p.parent for p in write.EXPERIMENTS.glob("*/*/search_space.json"))
 STUDY = {"mm/N512K1024M1024", "mm/N512K1024M4096", "mm/N512K4096M1024", "bmm/B960N128K128M64PNN",
          "bmm/B960N128K128M64PTN", "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0",
          "conv/N512C64HW27F192K5ST1PD2"}
@@ -24,7 +24,7 @@ def test_the_study_is_checked_in():
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_folder_regenerates_identically(folder, tmp_path):
     """Only the code-directory paths, relative to where the folder lies, may differ."""
-    regenerated = space.write(parse(folder.parent.name, folder.name), tmp_path)
+    regenerated = write.write(parse(folder.parent.name, folder.name), tmp_path)
     names = sorted(p.name for p in folder.iterdir())
     assert names == sorted(p.name for p in regenerated.iterdir())
     for name in names:
@@ -44,14 +44,14 @@ def test_config_is_valid_for_nni_and_its_tuner_starts(config):
     loaded = ExperimentConfig.load(config)
     loaded.validate()
     canonical = loaded.canonical_copy()
-    assert Path(canonical.trial_code_directory) == space.ROOT
+    assert Path(canonical.trial_code_directory) == write.ROOT
     algo = canonical.tuner
     twin = Path(canonical.search_space_file).name == "search_space_twin.json"
-    assert twin == (config.stem.removeprefix("config_") in space.BUILTIN_TUNERS)
+    assert twin == (config.stem.removeprefix("config_") in registry.BUILTIN_TUNERS)
     if algo.name:  # an NNI built-in
         tuner = create_builtin_class_instance(algo.name, algo.class_args, "tuners")
     else:
-        assert Path(algo.code_directory) == space.ROOT
+        assert Path(algo.code_directory) == write.ROOT
         tuner = create_customized_class_instance({"codeDirectory": algo.code_directory,
                                                   "className": algo.class_name, "classArgs": algo.class_args})
     tuner.update_search_space(json.loads(Path(canonical.search_space_file).read_text()))

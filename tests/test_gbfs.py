@@ -11,7 +11,7 @@ from tuner_harness import BMM, CONV, MM, SPACES, FakeNNI, is_neighbour, keys, ob
 from tuner_harness import no_checkpoint_dir  # noqa: F401 - the autouse fixture applies to this module
 
 from tuners.gbfs import GBFSTuner
-from tuners.space import Config, SearchSpace
+from searchspace import Config, SearchSpace
 
 
 def make_tuner(space: dict = MM, **kwargs: Any) -> GBFSTuner:

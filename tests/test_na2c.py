@@ -14,7 +14,7 @@ from tuner_harness import CONV, MM, SPACES, TINY, FakeNNI, is_neighbour, keys, o
 from tuner_harness import no_checkpoint_dir  # noqa: F401 - the fixture applies here too
 
 from tuners.na2c import GAMMA, MLP, Adam, NA2CTuner, a2c_update, log_prob_grad, moves, policy, value_grad
-from tuners.space import Config, SearchSpace
+from searchspace import Config, SearchSpace
 
 
 def make_tuner(space: dict = MM, **kwargs: Any) -> NA2CTuner:

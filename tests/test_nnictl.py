@@ -5,11 +5,12 @@ import time
 import pytest
 from nni_experiment import free_port, log_tail, running, write_config
 
-from trial import tune
+from experiments import tune
 from trial.results import STATUSES
 from trial.records import Records
+from trial.records.nni_import import import_experiment
 from trial.workload import parse_name
-from tuners.space import from_twin
+from searchspace import from_twin
 
 WORKLOAD = "mm/N64K64M64"
 KEY = parse_name(WORKLOAD).key  # the canonical key the records are kept under (layout spelt out)
@@ -49,8 +50,8 @@ def check_records(records, exp_id, tmp_path):
     for r in records:
         assert mine[r.trial_id].status == r.metric["status"] and mine[r.trial_id].params == r.metric["params"]
     fresh = Records(tmp_path / "imported.sqlite")
-    assert fresh.import_experiment(tmp_path / "nni" / exp_id) == len(records)
-    assert fresh.import_experiment(tmp_path / "nni" / exp_id) == 0
+    assert import_experiment(fresh, tmp_path / "nni" / exp_id) == len(records)
+    assert import_experiment(fresh, tmp_path / "nni" / exp_id) == 0
     best = fresh.best(KEY)[0]
     assert best.gflops == max(r.metric["gflops"] for r in records) and best.tuner == "opevo"
 

@@ -14,7 +14,7 @@ from tuner_harness import MATMUL, FakeNNI, keys, no_checkpoint_dir, ok  # noqa: 
 
 from tuners.base import CHECKPOINT_ENV, RequestQueued, parse_metric
 from tuners.opevo import OpEvoTuner
-from tuners.space import SearchSpace, SpaceError
+from searchspace import SearchSpace, SpaceError
 
 TINY = h.TINY
 BEST_TILES = {"K": [32, 8, 4], "X": [8, 4, 8, 2], "Y": [4, 16, 4, 4]}

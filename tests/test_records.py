@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tvm
 
-from trial import records, verify
+from trial import verify
+from trial.records import cli
 from trial.measure import Options, measure
 from trial.results import MeasureResult
 from trial.records import Records
@@ -99,7 +100,7 @@ def test_export_writes_a_verified_library(tmp_path):
     assert result.status == "ok"
     store.append(WL, result, "exp", "t0", "opevo")
     out = tmp_path / "export"
-    code = records.main(["--records", str(store.path), "export", "mm/N32K32M32", "--out", str(out),
+    code = cli.main(["--records", str(store.path), "export", "mm/N32K32M32", "--out", str(out),
                          "--target", "llvm"])
     assert code == 0
     assert {"kernel.so", "kernel.ll", "kernel.s", "params.json", "report.json"} <= {p.name for p in out.iterdir()}
@@ -121,9 +122,9 @@ def test_export_writes_a_verified_library(tmp_path):
 def test_export_refuses_a_record_of_another_device(tmp_path, capsys):
     store = Records(tmp_path / "r.sqlite")
     store.append(WL, fake(10.0, 1, device="NVIDIA H100"))
-    assert records.main(["--records", str(store.path), "best", "mm/N32K32M32", "--target", "llvm"]) == 1
+    assert cli.main(["--records", str(store.path), "best", "mm/N32K32M32", "--target", "llvm"]) == 1
     assert "no verified record" in capsys.readouterr().out
-    code = records.main(["--records", str(store.path), "export", "mm/N32K32M32", "--device", "NVIDIA H100",
+    code = cli.main(["--records", str(store.path), "export", "mm/N32K32M32", "--device", "NVIDIA H100",
                          "--target", "llvm", "--out", str(tmp_path / "x")])
     assert code == 2
     assert "measured on 'NVIDIA H100'" in capsys.readouterr().err
@@ -132,7 +133,7 @@ def test_export_refuses_a_record_of_another_device(tmp_path, capsys):
 
 def test_records_of_knobs_the_template_no_longer_has_are_skipped(tmp_path, capsys):
     """best and export pass over them (as warm start and `make tune` do); export() itself refuses them."""
-    from trial.export import ExportError, export
+    from trial.records.export import ExportError, export
     from trial.target import resolve
 
     store = Records(tmp_path / "r.sqlite")
@@ -141,7 +142,7 @@ def test_records_of_knobs_the_template_no_longer_has_are_skipped(tmp_path, capsy
                                    device=resolve("llvm").device_name), "exp", "t0")
     for extra in ([], ["--out", str(tmp_path / "x")]):
         command = "export" if extra else "best"
-        assert records.main(["--records", str(store.path), command, "mm/N32K32M32", "--target", "llvm", *extra]) == 1
+        assert cli.main(["--records", str(store.path), command, "mm/N32K32M32", "--target", "llvm", *extra]) == 1
         assert "no verified record of mm/N32K32M32PNN on" in capsys.readouterr().out
     assert not (tmp_path / "x").exists()
     with pytest.raises(ExportError, match="recorded knobs do not fit the template on this device: .*"
@@ -151,10 +152,10 @@ def test_records_of_knobs_the_template_no_longer_has_are_skipped(tmp_path, capsy
 
 
 def test_tune_says_a_tuned_kernel_exists_instead_of_tuning_again(tmp_path, capsys):
-    from trial import space, tune
+    from experiments import tune, write
     from trial.target import resolve
 
-    folder = space.write(WL, tmp_path / "experiments", max_trials=4, concurrency=1)
+    folder = write.write(WL, tmp_path / "experiments", max_trials=4, concurrency=1)
     result = fake(42.0, 1, device=resolve("auto").device_name)
     Records().append(WL, result, "exp0", "t0", "opevo")  # the default store, as the trials use it
     stale = MeasureResult("ok", params={**knobs(1), "K": [2, 4, 4]}, gflops=99.0, device=result.device)
@@ -168,7 +169,7 @@ def test_tune_says_a_tuned_kernel_exists_instead_of_tuning_again(tmp_path, capsy
 def test_a_bad_workload_name_is_a_clear_error(tmp_path, capsys):
     for argv in (["list", "--workload", "mm"], ["best", "mm/N0K1M1"]):
         with pytest.raises(SystemExit) as exit_info:
-            records.main(["--records", str(tmp_path / "r.sqlite"), *argv])
+            cli.main(["--records", str(tmp_path / "r.sqlite"), *argv])
         assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "expected op/spec, e.g. mm/N512K1024M1024, got 'mm'" in err and "N0K1M1" in err

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trial import client
+from trial.service import client
 from trial.measure import Options, measure
 from trial.workload import parse
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tuner_harness import MATMUL
 
-from tuners.space import MAX_ENUMERATION, Choice, Discrete, Factor, Perm, SearchSpace, SpaceError
+from searchspace import MAX_ENUMERATION, Choice, Discrete, Factor, Perm, SearchSpace, SpaceError
 
 MIXED = {
     "K": {"_type": "factor", "_value": [1024, 3]},

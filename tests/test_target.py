@@ -1,7 +1,8 @@
 """Which device trials use here: from the cache the measuring service left, else asked of the service."""
 from test_trial import GPU
 
-from trial import client, measure, target
+from trial import measure, target
+from trial.service import client
 
 
 def test_this_device_reads_what_the_service_cached(monkeypatch, tmp_path):

@@ -1,7 +1,7 @@
 """NNI's TPE through the suite's subclass survives a result that arrives after its trial's end."""
 from nni.algorithms.hpo.tpe_tuner import TpeTuner
 
-from tuners.space import twin_space
+from searchspace import twin_space
 from tuners.tpe import TPETuner
 
 SPACE = twin_space({"K": {"_type": "factor", "_value": [64, 3]}, "vec": {"_type": "discrete", "_value": [1, 2, 4]}})

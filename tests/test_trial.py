@@ -9,7 +9,7 @@ from trial import build, check, templates
 from trial.measure import Options, measure
 from trial.target import DeviceLimits, Target
 from trial.workload import parse
-from tuners.space import SearchSpace
+from searchspace import SearchSpace
 
 FAST = Options(target="llvm", min_repeat_ms=1)
 

@@ -17,7 +17,7 @@ from nni.common.hpo_utils import format_search_space, validate_search_space
 from nni.tuner import Tuner
 from tuner_harness import BMM, CONV, MM, ORDERED
 
-from tuners.space import TWIN_MAX_CHOICES, SearchSpace, SpaceError, from_twin, twin_space
+from searchspace import TWIN_MAX_CHOICES, SearchSpace, SpaceError, from_twin, twin_space
 
 LARGE = {
     "T": {"_type": "factor", "_value": [2**10 * 3**4 * 5**2, 4]},  # 100100 values: one choice per prime

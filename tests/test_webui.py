@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from nni_experiment import free_port, running, write_config
 
-from trial import tune
+from experiments import tune
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -26,7 +26,7 @@ from trial.records import Records
 from trial.templates import matmul
 from trial.workload import parse, parse_name
 from tuners.base import CHECKPOINT_ENV, RequestQueued, SpaceTuner, parse_metric
-from tuners.space import Config, SearchSpace
+from searchspace import Config, SearchSpace
 
 # A matmul space whose `vec` is an unordered choice, so every parameter type but perm appears.
 MATMUL = {

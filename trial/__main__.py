@@ -15,7 +15,7 @@ import sqlite3
 import sys
 from typing import Any
 
-from . import nnitrial
+from .service import nnitrial
 from .measure import Options, measure
 from .results import MeasureResult, Status
 from .target import KINDS

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuners.space import SearchSpace, SpaceError
+from searchspace import SearchSpace, SpaceError
 
 from .target import Target
 from .workload import Workload

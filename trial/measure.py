@@ -3,7 +3,7 @@
 The calling process (an nnictl trial, the benchmark driver, a test) imports no TVM and touches no
 device: it checks the knobs against the device's limits as the service last found them (see
 target.save), which rejects most of a factor space in microseconds, and sends the rest to this
-machine's measuring service (trial/service.py), whose warm build workers and device runners do the
+machine's measuring service (trial/service/), whose warm build workers and device runners do the
 work.  A configuration that fails is a result like any other (`Status`); where the time of a
 measurement went is kept in `MeasureResult.extra["stages"]` (results.STAGES).  The nnictl trial and
 the benchmarks share this one path.
@@ -15,9 +15,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tuners.space import from_twin
+from searchspace import from_twin
 
-from . import check, client, target, templates
+from . import check, target, templates
+from .service import client
 from .results import STAGES, MeasureResult, Status
 from .target import Target, TargetError
 from .workload import Workload

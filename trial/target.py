@@ -2,7 +2,7 @@
 
 `resolve("auto")` takes a CUDA GPU if one is present (arch from the device, e.g. sm_90), else a ROCm
 GPU, else the host CPU through LLVM.  Querying a GPU creates a driver context, so only a device's
-runner in the measuring service calls this (trial/runner.py); the service leaves what it found in a
+runner in the measuring service calls this (trial/service/runner.py); the service leaves what it found in a
 small cache (`save` / `load`) from which trials check knobs against the device's limits.
 TVM is imported only where a device is queried, so trials do not pay for it.
 """

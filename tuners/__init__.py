@@ -1,1 +1,1 @@
-"""Tuners of the OpEvo Suite: the shared search-space model (`tuners.space`) and NNI tuners built on it."""
+"""NNI tuners of the OpEvo Suite: search strategies over the shared search-space model (`searchspace`)."""

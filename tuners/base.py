@@ -42,7 +42,7 @@ from typing import Any
 import nni
 from nni.tuner import Tuner
 
-from .space import Config, SearchSpace
+from searchspace import Config, SearchSpace
 
 _logger = logging.getLogger(__name__)
 

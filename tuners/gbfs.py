@@ -27,7 +27,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from .base import SpaceTuner, positive_int
-from .space import Config, SearchSpace
+from searchspace import Config, SearchSpace
 
 
 class GBFSTuner(SpaceTuner):

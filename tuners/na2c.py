@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from .base import SpaceTuner, positive_int
-from .space import Choice, Config, Discrete, Factor, Parameter, Perm, SearchSpace
+from searchspace import Choice, Config, Discrete, Factor, Parameter, Perm, SearchSpace
 
 GAMMA = 0.5
 """Discount of the critic's one-step target: small, because walks are short and the next step matters most."""

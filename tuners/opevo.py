@@ -22,7 +22,7 @@ from numbers import Real
 from typing import Any
 
 from .base import SpaceTuner, positive_int
-from .space import Config
+from searchspace import Config
 
 BREED_TRIES = 32
 """Offspring bred before falling back to the nearest unseen neighbour of the last one."""

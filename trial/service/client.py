@@ -1,4 +1,4 @@
-"""How a process reaches this machine's measuring service (trial/service.py), starting it when none runs.
+"""How a process reaches this machine's measuring service (trial/service/), starting it when none runs.
 
 A service serves one environment: one user, Python environment, suite checkout and code version, and one
 set of visible devices and TVM settings (`address` hashes them), so two experiments of the same
@@ -23,15 +23,15 @@ from typing import Any
 
 from filelock import FileLock
 
-from .devicelock import lock_dir
+from ..devicelock import lock_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IDLE_ENV = "OPEVO_SERVICE_IDLE_S"
 IDLE_S = 300.0
 """Seconds without a request after which the service exits (default; $OPEVO_SERVICE_IDLE_S)."""
 START_TIMEOUT_S = 60.0
 _KEYED_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "PYTHONPATH")
-_CODE = ("trial", "tuners")
+_CODE = ("trial", "tuners", "searchspace")
 
 
 class ServiceError(RuntimeError):

@@ -1,4 +1,4 @@
-"""python -m trial.tune <config.yml>: run an NNI experiment with nnictl and follow it to the end.
+"""python -m experiments.tune <config.yml>: run an NNI experiment with nnictl and follow it to the end.
 
 It starts the experiment exactly as a user would (`nnictl create --config ...`), prints progress
 from the NNI REST API (the same data the web UI shows), and when the experiment is done prints
@@ -20,10 +20,10 @@ from typing import Any
 import requests
 from nni.experiment.config import ExperimentConfig
 
-from .records import Record, Records, decode_metric, default_path, fits_template
-from .space import read_trial_command
-from .measure import this_device
-from .workload import parse
+from trial.command import read_trial_command
+from trial.measure import this_device
+from trial.records import Record, Records, decode_metric, default_path, fits_template
+from trial.workload import parse
 
 FINISHED = ("DONE", "ERROR", "STOPPED")
 ACTIVE = ("WAITING", "RUNNING", "UNKNOWN")
@@ -130,7 +130,7 @@ def tuned_before(config: Path) -> Record | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trial.tune", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.tune", description=__doc__.split("\n\n")[0])
     p.add_argument("config", type=Path, help="an experiment config, e.g. experiments/mm/N512K1024M1024/config_opevo.yml")
     p.add_argument("--port", type=int, default=8080, help="web UI port (default 8080)")
     p.add_argument("--timeout", type=float, default=24 * 3600, help="stop following after this many seconds")
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{known.latency_ms:.4f} ms ({known.tuner or 'no'} tuner, experiment {known.experiment or '-'}, "
               f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(known.time))}).\n"
               f"export it:  python -m trial.records export {known.workload}\n"
-              f"tune again: make tune RETUNE=1  (or python -m trial.tune {args.config} --retune)")
+              f"tune again: make tune RETUNE=1  (or python -m experiments.tune {args.config} --retune)")
         return 0
     exp_id = create(args.config, args.port)
     print(f"experiment {exp_id} started: web UI at http://127.0.0.1:{args.port}", flush=True)

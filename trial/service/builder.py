@@ -12,12 +12,12 @@ from typing import Any
 
 import tvm  # noqa: F401  (imported once per worker, at its first call)
 
-from tuners.space import from_twin
+from searchspace import from_twin
 
-from . import build, check, templates
-from .results import error_reason
-from .target import Target
-from .workload import parse
+from .. import build, check, templates
+from ..results import error_reason
+from ..target import Target
+from ..workload import parse
 
 
 def warm() -> None:

@@ -1,9 +1,9 @@
-"""python -m trial.space <op> <spec>: write an experiment folder for a workload.
+"""python -m experiments.write <op> <spec>: write an experiment folder for a workload.
 
 experiments/<op>/<spec>/ gets search_space.json (the template's knobs) and one NNI v2 config per
 suite tuner (config_opevo.yml, config_gbfs.yml, config_na2c.yml, which warm-start from the records:
-see tuners/base.py), plus search_space_twin.json (the same space in NNI's standard types, see
-tuners/space/twin.py) and configs for NNI's built-in TPE, Random and Evolution tuners over it, for
+see tuners/warmstart.py), plus search_space_twin.json (the same space in NNI's standard types, see
+searchspace/twin.py) and configs for NNI's built-in TPE, Random and Evolution tuners over it, for
 fair comparisons.  Paths in the configs are relative to the config file, so
 `nnictl create --config .../config_opevo.yml` works from any folder.
 """
@@ -12,51 +12,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tuners.space import twin_space
+from searchspace import twin_space
+from trial import templates
+from trial.command import trial_command
+from trial.workload import SpecError, Workload, parse
 
-from . import templates
-from .workload import SpecError, Workload, parse
+from .registry import BUILTIN_TUNERS, CONCURRENCY, MAX_TRIALS, TUNERS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ROOT / "experiments"
-MAX_TRIALS = 512  # the original study's budget
-CONCURRENCY = 4  # builds overlap; timing is serialised per device by the trial's lock
-
-TUNERS: dict[str, dict[str, Any]] = {
-    "opevo": {"className": "tuners.opevo.OpEvoTuner",
-              "classArgs": {"optimize_mode": "maximize", "parents_size": 8, "offspring_size": 8,
-                            "mutate_rate": 0.5}},
-    "gbfs": {"className": "tuners.gbfs.GBFSTuner",
-             "classArgs": {"optimize_mode": "maximize", "num_samples": 5}},
-    "na2c": {"className": "tuners.na2c.NA2CTuner",
-             "classArgs": {"optimize_mode": "maximize", "n_states": 8, "n_steps": 16, "hidden_size": 64,
-                           "lr": 0.01}},
-}
-BUILTIN_TUNERS: dict[str, dict[str, Any]] = {  # NNI's tuners, over the twin space
-    "tpe": {"className": "tuners.tpe.TPETuner", "classArgs": {"optimize_mode": "maximize"}},
-    "random": {"name": "Random"},
-    "evolution": {"name": "Evolution", "classArgs": {"optimize_mode": "maximize", "population_size": 32}},
-}
-
-
-_COMMAND = re.compile(r"-m trial (?P<op>\S+) (?P<spec>\S+)(?: --tuner (?P<tuner>\S+))?")
-
-
-def trial_command(wl: Workload, tuner: str) -> str:
-    """The experiment's trialCommand; `read_trial_command` reads it back (records import, make tune)."""
-    return f"python3 -m trial {wl.op} {wl.spec} --tuner {tuner}"
-
-
-def read_trial_command(command: str) -> tuple[str, str, str | None] | None:
-    """(op, spec, tuner or None) of a suite trialCommand, or None for another command."""
-    found = _COMMAND.search(command)
-    return (found["op"], found["spec"], found["tuner"]) if found else None
 
 
 def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
@@ -103,13 +72,13 @@ def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
         (out / name).write_text("{\n" + ",\n".join(lines) + "\n}\n")
     for tuner in [*TUNERS, *BUILTIN_TUNERS]:
         text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency, warm_start), sort_keys=False)
-        header = f"# Written by `python -m trial.space {wl.op} {wl.spec}`.\n"
+        header = f"# Written by `python -m experiments.write {wl.op} {wl.spec}`.\n"
         (out / f"config_{tuner}.yml").write_text(header + text)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trial.space", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.write", description=__doc__.split("\n\n")[0])
     p.add_argument("op", choices=["mm", "bmm", "conv"])
     p.add_argument("spec")
     p.add_argument("--root", type=Path, default=EXPERIMENTS, help="where experiment folders go")

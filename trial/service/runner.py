@@ -13,11 +13,11 @@ from typing import Any
 
 import tvm
 
-from . import devicelock, run, verify
-from .results import Status, error_reason
-from .target import Target, TargetError, resolve
+from .. import devicelock, run, verify
+from ..results import Status, error_reason
+from ..target import Target, TargetError, resolve
+from ..workload import parse
 from .worker import report
-from .workload import parse
 
 _REFERENCES: OrderedDict[tuple[str, int], verify.Reference] = OrderedDict()
 KEPT_REFERENCES = 3

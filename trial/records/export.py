@@ -13,10 +13,10 @@ from typing import Any
 
 import tvm
 
-from . import build, check, run, templates, verify
-from .records import Record
-from .target import resolve
-from .workload import Workload
+from .. import build, check, run, templates, verify
+from ..target import resolve
+from ..workload import Workload
+from .store import Record
 
 
 class ExportError(RuntimeError):

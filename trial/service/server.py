@@ -1,20 +1,15 @@
-"""python -m trial.service: this machine's measuring service, through which every measurement runs.
+"""The measuring service: one per machine and environment, through which every measurement runs.
 
-Trials, benchmarks and exports send requests here (trial/client.py starts the service when none
+Trials, benchmarks and exports send requests here (client.py starts the service when none
 runs).  The service itself imports no TVM and touches no device: it hands each build to a pool of
 build workers and each run to the runner of a free device (one per device, holding its context),
-all spawned processes (trial/worker.py), so the work of many trial processes shares warm workers.
+all spawned processes (worker.py), so the work of many trial processes shares warm workers.
 A request whose trial has gone is dropped before it reaches a device.  The service exits after
 $OPEVO_SERVICE_IDLE_S seconds without requests (default 300), on `stop`, or on SIGTERM, and kills
 its workers as it goes; workers also exit by themselves if it dies.
-
-    python -m trial.service status    what the service of this environment is doing
-    python -m trial.service stop      stop it now (the next measurement starts a new one)
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import queue
 import secrets
@@ -32,9 +27,9 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
-from . import client, nnitrial
-from .results import Status, error_reason
-from .target import Target, TargetError, save
+from ..results import Status, error_reason
+from ..target import Target, TargetError, save
+from . import nnitrial
 from .worker import CallCancelled, CallFailed, Worker, WorkerDied, WorkerTimeout
 
 DESCRIBE_TIMEOUT_S = 120.0
@@ -69,7 +64,7 @@ class Devices:
     def _resolve(self, kind: str) -> Target | TargetError:
         probe = Worker(f"runner-{kind}-0")
         try:
-            answer = probe.call("trial.runner:describe", kind, timeout=DESCRIBE_TIMEOUT_S)
+            answer = probe.call("trial.service.runner:describe", kind, timeout=DESCRIBE_TIMEOUT_S)
         except (CallFailed, WorkerDied, WorkerTimeout) as err:
             probe.stop()
             return TargetError(f"could not query the {kind} device: {err}")
@@ -104,7 +99,7 @@ class Devices:
     @staticmethod
     def _revive(runner: Runner, free: queue.Queue[Runner]) -> None:
         try:
-            runner.worker.call("trial.runner:warm", runner.target.describe(), runner.index, timeout=DESCRIBE_TIMEOUT_S)
+            runner.worker.call("trial.service.runner:warm", runner.target.describe(), runner.index, timeout=DESCRIBE_TIMEOUT_S)
         except (CallFailed, WorkerDied, WorkerTimeout) as err:
             print(f"runner {runner.worker.name} did not restart: {err}", file=sys.stderr, flush=True)
         free.put(runner)
@@ -183,7 +178,7 @@ class Service:
                gone: Callable[[], bool]) -> dict[str, Any] | None:
         timeout = m["options"]["build_timeout_s"]
         try:
-            return builder.call("trial.builder:build_library", m["op"], m["spec"], m["params"],
+            return builder.call("trial.service.builder:build_library", m["op"], m["spec"], m["params"],
                                 m["options"]["template"], target.describe(), str(path), m["sys_path"],
                                 timeout=timeout, cancelled=gone)
         except CallCancelled:
@@ -206,7 +201,7 @@ class Service:
             return limit
 
         try:
-            result = runner.worker.call("trial.runner:run_library", str(path), m["op"], m["spec"], options["seed"],
+            result = runner.worker.call("trial.service.runner:run_library", str(path), m["op"], m["spec"], options["seed"],
                                         options["repeat"], options["min_repeat_ms"], target.describe(),
                                         runner.index, progress=progress, cancelled=gone)
         except CallCancelled:
@@ -296,7 +291,7 @@ class Service:
     def _warm_builder(self) -> None:
         with self.builders.worker() as builder:
             try:
-                builder.call("trial.builder:warm")
+                builder.call("trial.service.builder:warm")
             except (CallFailed, WorkerDied) as err:
                 print(f"build worker did not start: {err}", file=sys.stderr, flush=True)
 
@@ -341,27 +336,3 @@ def serve(socket: str, key_file: Path, workdir: Path, idle_s: float, build_worke
         service.shutdown()
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} measuring service {os.getpid()} stopped after serving "
               f"{dict(service.served)}", flush=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trial.service", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", help="what the service of this environment is doing (JSON)")
-    sub.add_parser("stop", help="stop the service of this environment")
-    s = sub.add_parser("serve", help="run the service (trials start it; not for use by hand)")
-    s.add_argument("--socket", required=True)
-    s.add_argument("--key-file", type=Path, required=True)
-    s.add_argument("--workdir", type=Path, required=True)
-    s.add_argument("--idle", type=float, default=float(os.environ.get(client.IDLE_ENV) or client.IDLE_S))
-    s.add_argument("--build-workers", type=int, default=os.cpu_count() or 1)
-    args = p.parse_args(argv)
-    if args.command == "serve":
-        serve(args.socket, args.key_file, args.workdir, args.idle, args.build_workers)
-        return 0
-    answer = client.request({"request": args.command}, start=False)
-    print(json.dumps(answer, indent=1) if answer is not None else "no measuring service runs for this environment")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

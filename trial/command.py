@@ -1,0 +1,23 @@
+"""The trialCommand of a suite experiment: `python3 -m trial <op> <spec> --tuner <tuner>`.
+
+Written into every generated config and read back from NNI's records of an experiment (records
+import, `make tune`'s check for a tuned kernel), so its format lives in one place.
+"""
+from __future__ import annotations
+
+import re
+
+from .workload import Workload
+
+_COMMAND = re.compile(r"-m trial (?P<op>\S+) (?P<spec>\S+)(?: --tuner (?P<tuner>\S+))?")
+
+
+def trial_command(wl: Workload, tuner: str) -> str:
+    """The experiment's trialCommand; `read_trial_command` reads it back (records import, make tune)."""
+    return f"python3 -m trial {wl.op} {wl.spec} --tuner {tuner}"
+
+
+def read_trial_command(command: str) -> tuple[str, str, str | None] | None:
+    """(op, spec, tuner or None) of a suite trialCommand, or None for another command."""
+    found = _COMMAND.search(command)
+    return (found["op"], found["spec"], found["tuner"]) if found else None

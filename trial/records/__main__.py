@@ -1,0 +1,4 @@
+"""python -m trial.records: see cli.py."""
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""The records store: every measurement, ok or not, kept for good.
+
+SQLite rather than JSON lines: each append is one transaction, so concurrent trials (several
+processes, several GPUs) never interleave or lose records, and a process killed mid-write leaves
+the previous state intact (the journal rolls the partial write back).  Lookups of the best config
+per workload and device are indexed queries.  The store is a single file:
+$OPEVO_RECORDS, default `records/records.sqlite` in the suite's folder (ignored by git).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from searchspace import SearchSpace
+
+from .. import templates
+from ..results import MeasureResult
+from ..workload import Workload
+
+DEFAULT = Path(__file__).resolve().parents[2] / "records" / "records.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS measurements (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    workload TEXT NOT NULL,
+    target TEXT NOT NULL,
+    device TEXT NOT NULL,
+    params TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    gflops REAL NOT NULL,
+    latency_ms REAL,
+    latency_std_ms REAL,
+    build_s REAL,
+    experiment TEXT,
+    trial TEXT,
+    tuner TEXT
+);
+CREATE INDEX IF NOT EXISTS by_workload ON measurements (workload, device, status, gflops);
+CREATE UNIQUE INDEX IF NOT EXISTS one_per_trial ON measurements (experiment, trial);
+"""
+
+
+@dataclass
+class Record:
+    id: int
+    time: float
+    workload: str
+    target: str
+    device: str
+    params: dict[str, Any]
+    status: str
+    reason: str
+    gflops: float
+    latency_ms: float | None
+    latency_std_ms: float | None
+    build_s: float | None
+    experiment: str | None
+    trial: str | None
+    tuner: str | None
+
+
+def default_path() -> Path:
+    return Path(os.environ.get("OPEVO_RECORDS") or DEFAULT)
+
+
+def params_key(params: dict[str, Any] | None) -> str:
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+class Records:
+    """The store at `path` (default: $OPEVO_RECORDS or records/records.sqlite)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        with closing(sqlite3.connect(self.path, timeout=60)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            with db:  # one transaction: committed on success, rolled back on error
+                yield db
+
+    def append(self, wl: Workload, result: MeasureResult, experiment: str | None = None,
+               trial: str | None = None, tuner: str | None = None) -> bool:
+        """Keep one measurement; False if this experiment's trial was recorded already."""
+        row = (time.time(), wl.key, result.target, result.device, params_key(result.params), result.status,
+               result.reason, result.gflops, result.latency_ms, result.latency_std_ms, result.build_s,
+               experiment, trial, tuner)
+        with self._connect() as db:
+            cur = db.execute("INSERT OR IGNORE INTO measurements (time, workload, target, device, params, status,"
+                             " reason, gflops, latency_ms, latency_std_ms, build_s, experiment, trial, tuner)"
+                             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+            return cur.rowcount == 1
+
+    @staticmethod
+    def _where(workload: str | None, device: str | None, status: str | None) -> tuple[str, list[str]]:
+        where, args = [], []
+        for column, value in (("workload", workload), ("device", device), ("status", status)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        return (" WHERE " + " AND ".join(where) if where else ""), args
+
+    def query(self, workload: str | None = None, device: str | None = None, status: str | None = None,
+              best_first: bool = False, limit: int | None = None) -> list[Record]:
+        """Records matching every given field; newest first, or fastest first with `best_first`."""
+        where, args = self._where(workload, device, status)
+        sql = "SELECT * FROM measurements" + where
+        sql += " ORDER BY gflops DESC, time ASC" if best_first else " ORDER BY time DESC, id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._connect() as db:
+            rows = db.execute(sql, args).fetchall()
+        return [Record(*row[:5], json.loads(row[5]), *row[6:]) for row in rows]
+
+    def count(self, workload: str | None = None, device: str | None = None, status: str | None = None) -> int:
+        """How many records match every given field."""
+        where, args = self._where(workload, device, status)
+        with self._connect() as db:
+            return db.execute("SELECT COUNT(*) FROM measurements" + where, args).fetchone()[0]
+
+    def best(self, workload: str, device: str | None = None, n: int = 1,
+             fits: Callable[[Any], bool] | None = None) -> list[Record]:
+        """The `n` fastest verified configs (one record per distinct config) of `workload`; with `fits`,
+        only configs it accepts (e.g. those of the template's current search space)."""
+        out, seen = [], set()
+        for rec in self.query(workload, device, "ok", best_first=True):
+            key = params_key(rec.params)
+            if key not in seen and (fits is None or fits(rec.params)):
+                seen.add(key)
+                out.append(rec)
+            if len(out) == n:
+                break
+        return out
+
+
+def decode_metric(data: str) -> Any:
+    """A final metric as NNI stores it: JSON, whose value may itself be a JSON string."""
+    metric = json.loads(data)
+    return json.loads(metric) if isinstance(metric, str) else metric
+
+
+def fits_template(wl: Workload) -> Callable[[Any], bool]:
+    """Whether recorded knobs fit the op's template as it is now: records outlive knob changes."""
+    return SearchSpace.from_json(templates.load(wl.op).search_space(wl)).contains
