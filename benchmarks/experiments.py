@@ -23,6 +23,7 @@ from pathlib import Path
 
 from experiments import registry, tune, write
 from trial.measure import Options
+from trial.results import Status
 from trial.workload import Workload, parse_name
 
 from .plots import best_so_far, trials_to
@@ -80,7 +81,7 @@ def run_one(folder: Path, tuner: str, port: int, timeout_s: float) -> dict:
     done = nnictl_experiment(folder, tuner, port, timeout_s=timeout_s, poll_s=10, progress=progress)
     records = done.records
     order = sorted(records, key=lambda r: int(r.parameter_id if r.parameter_id is not None else 1 << 30))
-    curve = best_so_far([r.metric["gflops"] if r.metric and r.metric.get("status") == "ok" else 0.0
+    curve = best_so_far([r.metric["gflops"] if r.metric and r.metric.get("status") == Status.OK else 0.0
                          for r in order])
     statuses: dict[str, int] = {}
     for r in records:

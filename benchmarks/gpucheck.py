@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trial.measure import Options, device
+from trial.results import Status
 from trial.target import TargetError
 from trial.workload import parse_name
 
@@ -37,7 +38,7 @@ def experiment(workload: str, trials: int, concurrency: int, port: int, target: 
     folder = write_folder(parse_name(workload), Path(tempfile.mkdtemp(prefix="opevo-gpucheck-")), trials, concurrency)
     done = nnictl_experiment(folder, "opevo", port, timeout_s=1800, poll_s=2)
     metrics = [r.metric for r in done.records if r.metric]
-    ok = [m for m in metrics if m["status"] == "ok"]
+    ok = [m for m in metrics if m["status"] == Status.OK]
     end = done.last_end if done.last_end is not None else done.started + done.wall_s
     return {"workload": workload, "experiment": done.id, "nni_status": done.final, "trials": len(done.records),
             "measured": len(metrics), "statuses": dict(Counter(m["status"] for m in metrics)),
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                      ", ".join(f"{k} {v}" for k, v in sorted(exp["statuses"].items())), f"{exp['best_gflops']:.1f}",
                      f"{exp['best_gflops'] / vendor:.2f}" if vendor else "-", f"{exp['wall_s']:.1f}",
                      f"{exp['trials_per_s']:.2f}"]]))
-    failed = [r["workload"] for r in rows if r["status"] != "ok"]
+    failed = [r["workload"] for r in rows if r["status"] != Status.OK]
     problems = [f"hand-picked config not ok: {', '.join(failed)}"] if failed else []
     if exp["best_gflops"] <= 0:
         problems.append("the experiment verified no kernel")

@@ -4,8 +4,9 @@
 (evolutionary search, XGBoost cost model, the target's default schedule rules), given the budget as
 `max_trials_global`.  Its candidates are measured the way MetaSchedule measures them (its own builder
 and runner), but with the suite's repeat settings and under the suite's device lock, and each one is
-reported as a trial.  Its best schedule is then compiled and verified and timed through the suite's
-run path (`trial.run.run` on the device, under the device lock): that is the figure to compare.
+reported as a trial.  Its best schedule is then compiled into a library, which the suite verifies
+and times like any trial's (`trial.measure.measure_library`: the device's runner in the measuring
+service): that is the figure to compare.
 
 Everything happens in a child process, so the caller never imports TVM or holds a GPU context, and a
 crash of MetaSchedule becomes a result.  Two costs of MetaSchedule's set-up are cut: `TuneContext`
@@ -25,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trial.measure import Options
-from trial.results import MeasureResult, error_reason
+from trial.measure import Options, measure_library
+from trial.results import MeasureResult, Status, error_reason
 from trial.workload import Workload, parse
 
 from .driver import Progress, Run, Trial
@@ -128,38 +129,31 @@ def _classes() -> tuple[type, type, type]:
                 error = built.error_msg or ran.error_msg
                 row: dict[str, Any] = {"build_s": stages["build"], "extra": {"stages": stages}}
                 if error:
-                    status = ("timeout" if "Timeout" in error else
-                              "compile_error" if built.error_msg else "runtime_error")
+                    status = (Status.TIMEOUT if "Timeout" in error else
+                              Status.COMPILE_ERROR if built.error_msg else Status.RUNTIME_ERROR)
                     row.update(status=status, reason=error.strip().splitlines()[0][:600])
                 else:
                     secs = [float(s) for s in ran.run_secs]
                     median = statistics.median(secs)
-                    row.update(status="ok", reason="", gflops=self.flops / median / 1e9, latency_ms=median * 1e3,
+                    row.update(status=Status.OK, reason="", gflops=self.flops / median / 1e9, latency_ms=median * 1e3,
                                latency_std_ms=statistics.pstdev(secs) * 1e3)
                 self.conn.send(("trial", row))
 
     return TimedBuilder, LockedRunner, Report
 
 
-def _final(wl: Workload, sch: Any, ms_target: Any, target: Any, options: Options) -> dict[str, Any]:
-    """Compile the best schedule, then verify and time it as every trial of the suite is."""
+def _final(sch: Any, ms_target: Any, library: Path) -> dict[str, Any]:
+    """Compile the best schedule into `library`, for the suite's run path to verify and time."""
     import tvm
 
-    from trial import run as trial_run
-    from trial.verify import Reference
-
     if sch is None:
-        return {"status": "invalid", "reason": "MetaSchedule found no valid schedule"}
+        return {"status": Status.INVALID, "reason": "MetaSchedule found no valid schedule"}
     start = time.perf_counter()
     try:
-        lib = tvm.compile(sch.mod, target=ms_target)
+        tvm.compile(sch.mod, target=ms_target).export_library(str(library))
     except Exception as err:  # the tuned schedule fails to compile outside MetaSchedule's builder
-        return {"status": "compile_error", "reason": error_reason(err)}
-    built = time.perf_counter() - start
-    result = trial_run.on_device(lib.mod, target, Reference.of(wl, options.seed), options.repeat,
-                                 options.min_repeat_ms)
-    result["extra"] = {**result.get("extra", {}), "trace": str(sch.trace)}
-    return {**result, "build_s": built}
+        return {"status": Status.COMPILE_ERROR, "reason": error_reason(err)}
+    return {"status": "built", "build_s": time.perf_counter() - start, "extra": {"trace": str(sch.trace)}}
 
 
 def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Options, work_dir: str) -> None:
@@ -178,7 +172,7 @@ def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Optio
     try:
         target = resolve(options.target)
     except TargetError as err:
-        conn.send(("final", {"status": "invalid", "reason": str(err)}))
+        conn.send(("final", {"status": Status.INVALID, "reason": str(err)}))
         return
     _register_intrinsics(target.kind)
     ms_target = _ms_target(target)
@@ -198,10 +192,10 @@ def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Optio
                                seed=seed)
         best = ms.tir_integration.compile_tir(database, func, ms_target)
     except Exception as err:  # MetaSchedule itself failed: the run ends with what it measured
-        conn.send(("final", {"status": "runtime_error", "reason": f"MetaSchedule failed: {error_reason(err)}"}))
+        conn.send(("final", {"status": Status.RUNTIME_ERROR, "reason": f"MetaSchedule failed: {error_reason(err)}"}))
         return
     conn.send(("tuned", None))
-    conn.send(("final", _final(wl, best, ms_target, target, options)))
+    conn.send(("final", _final(best, ms_target, Path(work_dir) / "best.so")))
 
 
 def run(wl: Workload, trials: int, seed: int, work_dir: str | os.PathLike[str], options: Options = Options(),
@@ -225,7 +219,7 @@ def run(wl: Workload, trials: int, seed: int, work_dir: str | os.PathLike[str], 
                 kind, payload = receiver.recv()
             except EOFError:
                 proc.join(5)
-                out.final = MeasureResult("runtime_error", f"MetaSchedule process exited with code {proc.exitcode} "
+                out.final = MeasureResult(Status.RUNTIME_ERROR, f"MetaSchedule process exited with code {proc.exitcode} "
                                           f"after {len(out.trials)} trials", **where)
                 break
             now = time.perf_counter() - start
@@ -240,8 +234,12 @@ def run(wl: Workload, trials: int, seed: int, work_dir: str | os.PathLike[str], 
                 bar.add(result)
             elif kind == "tuned":
                 tuned_at = now
-            else:
+            elif payload["status"] != "built":
                 out.final = MeasureResult(**payload, **where)
+            else:  # verified and timed as every trial of the suite is
+                final = measure_library(wl, Path(work_dir) / "best.so", options)
+                final.build_s, final.extra = payload["build_s"], {**final.extra, **payload["extra"]}
+                out.final = final
     finally:
         bar.close()
         receiver.close()

@@ -23,6 +23,7 @@ from nni.experiment.config import ExperimentConfig
 from trial.command import read_trial_command
 from trial.measure import this_device
 from trial.records import Record, Records, decode_metric, default_path, fits_template
+from trial.results import Status
 from trial.workload import parse
 
 FINISHED = ("DONE", "ERROR", "STOPPED")
@@ -83,7 +84,7 @@ def trials(port: int) -> list[TrialRecord]:
 
 
 def best(records: list[TrialRecord]) -> TrialRecord | None:
-    ok = [r for r in records if r.metric and r.metric.get("status") == "ok"]
+    ok = [r for r in records if r.metric and r.metric.get("status") == Status.OK]
     return max(ok, key=lambda r: r.metric["gflops"], default=None)
 
 

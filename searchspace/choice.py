@@ -54,6 +54,10 @@ class Choice(Parameter):
     def encode_width(self) -> int:
         return len(self.options)
 
+    @property
+    def least(self) -> Any:
+        return copy.deepcopy(self.options[0])
+
     def sample(self, rng: random.Random) -> Any:
         return copy.deepcopy(rng.choice(self.options))
 

@@ -47,6 +47,10 @@ class Discrete(Parameter):
     def encode_width(self) -> int:
         return 1
 
+    @property
+    def least(self) -> int | float:
+        return self.numbers[0]
+
     def sample(self, rng: random.Random) -> int | float:
         return rng.choice(self.numbers)
 

@@ -73,6 +73,10 @@ class Factor(Parameter):
     def encode_width(self) -> int:
         return self.parts
 
+    @property
+    def least(self) -> list[int]:
+        return [self.product] + [1] * (self.parts - 1)
+
     def sample(self, rng: random.Random) -> list[int]:
         value = [1] * self.parts
         for p, e in self.primes:

@@ -44,6 +44,12 @@ class Parameter(ABC):
     def encode_width(self) -> int:
         """Length of every vector `encode` returns."""
 
+    @property
+    @abstractmethod
+    def least(self) -> Any:
+        """The smallest value in the type's own order (first part holds everything, smallest number,
+        first option, identity): where a rule that grows with the value is loosest."""
+
     @abstractmethod
     def sample(self, rng: random.Random) -> Any:
         """A value drawn uniformly at random."""

@@ -43,6 +43,10 @@ class Perm(Parameter):
     def encode_width(self) -> int:
         return self.n * self.n
 
+    @property
+    def least(self) -> list[int]:
+        return list(range(self.n))
+
     def sample(self, rng: random.Random) -> list[int]:
         value = list(range(self.n))
         rng.shuffle(value)

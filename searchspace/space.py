@@ -127,6 +127,16 @@ class SearchSpace:
         """Whether `config` is a configuration of this space."""
         return not self.problems(config)
 
+    def valid(self, config: Any) -> bool:
+        """Whether `config` may be measured: here, whether it is a configuration of the space
+        (`ConstrainedSpace` adds its rules)."""
+        return self.contains(config)
+
+    def repair(self, config: Config, rng: random.Random) -> Config:
+        """A valid configuration near `config`: here `config` itself (`ConstrainedSpace` moves it)."""
+        self.validate(config)
+        return copy.deepcopy(config)
+
     def key(self, config: Config) -> tuple[Any, ...]:
         """A hashable canonical form of a valid configuration, for deduplication."""
         self.validate(config)
@@ -150,8 +160,9 @@ class SearchSpace:
 
     def values(self) -> Iterator[Config]:
         """Every configuration, lazily; `ValueError` when there are more than `MAX_ENUMERATION`."""
-        if self.size > MAX_ENUMERATION:
-            raise ValueError(f"{self.size} configurations are too many to enumerate (limit {MAX_ENUMERATION})")
+        count = math.prod(p.size for p in self._params.values())
+        if count > MAX_ENUMERATION:
+            raise ValueError(f"{count} configurations are too many to enumerate (limit {MAX_ENUMERATION})")
         names = self.names
         per_param = [p.values() for p in self._params.values()]
         return ({n: copy.deepcopy(v) for n, v in zip(names, combo)} for combo in itertools.product(*per_param))

@@ -10,7 +10,7 @@ import yaml
 from nni.tuner import Tuner
 from nni_experiment import free_port
 
-from benchmarks import compare, driver, experiments, gpucheck, vendor
+from benchmarks import compare, driver, experiments, gpucheck, plots, vendor
 from experiments import registry, write
 from trial import templates
 from trial.results import STAGES, STATUSES, MeasureResult
@@ -155,8 +155,8 @@ def test_plan_and_trials_to():
     assert compare.plan(["opevo:3", "tpe"], 2) == [("opevo", 0), ("opevo", 1), ("opevo", 2), ("tpe", 0), ("tpe", 1)]
     with pytest.raises(ValueError, match="unknown tuner"):
         compare.plan(["nope"], 1)
-    assert compare.trials_to(0.95, [1.0, 5.0, 9.6, 10.0]) == 3
-    assert compare.trials_to(0.95, [0.0, 0.0]) is None
+    assert plots.trials_to(0.95, [1.0, 5.0, 9.6, 10.0]) == 3
+    assert plots.trials_to(0.95, [0.0, 0.0]) is None
 
 
 def test_compare_on_the_cpu(tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 Each test here has a service of its own (`private_service`), so it can kill, hang or stop it.
 """
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 
 from trial.service import client
 from trial.measure import Options, measure
+from trial.records import Records
 from trial.workload import parse
 
 FAST = Options(target="llvm", min_repeat_ms=1)
@@ -170,3 +172,25 @@ def test_no_measuring_process_is_forked_from_one_that_imported_tvm(private_servi
         assert measure(WL, None, options).status in ("ok", "runtime_error", "compile_error", "timeout")
     assert measure(WL, None, FAST).status == "ok"
     assert not fork_watch.exists(), fork_watch.read_text()
+
+
+def test_trials_of_two_experiments_at_once_share_the_service_and_keep_their_results(private_service, tmp_path):
+    """Two experiments' trial processes (their own folders and experiment ids) measure at the same time
+    through one service; each gets and records its own result."""
+    procs = []
+    for exp in ("expA", "expB"):
+        folder = tmp_path / exp
+        folder.mkdir()
+        env = {**os.environ, "NNI_EXP_ID": exp, "NNI_TRIAL_JOB_ID": "t0"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "trial", "mm", WL.spec, "--target", "llvm",
+                                       "--min-repeat-ms", "1"], cwd=folder, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out))
+    assert [r["status"] for r in reports] == ["ok", "ok"]
+    assert status()["served"] == {"ok": 2}
+    recorded = {r.experiment for r in Records().query(workload=WL.key)}
+    assert recorded == {"expA", "expB"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from searchspace import from_twin
@@ -59,20 +60,34 @@ def _stages(marks: dict[str, float]) -> dict[str, float]:
     return {after[m]: marks[later] - marks[m] for m, later in zip(reached, reached[1:])}
 
 
-def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Options()) -> MeasureResult:
-    """Measure `params` (None: the template's hand-picked config) for `wl`; never raises for a bad config."""
-    rejected = _precheck(wl, params, options)
-    if rejected:
-        return rejected
+def _request(wl: Workload, params: dict[str, Any] | None, options: Options, **where: str) -> MeasureResult:
     start = time.time()
     try:
         answer = client.request({"request": "measure", "op": wl.op, "spec": wl.spec, "params": params,
-                                 "options": asdict(options), "sys_path": sys.path})
+                                 "options": asdict(options), "sys_path": sys.path, **where})
     except client.ServiceError as err:
         return MeasureResult(Status.RUNTIME_ERROR, str(err), params)
     marks = {"start": start, **answer.pop("marks", {}), "end": time.time()}
     extra = answer.pop("extra", {})
     return MeasureResult(**answer, extra={**extra, "stages": _stages(marks)})
+
+
+def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Options(),
+            keep: Path | None = None) -> MeasureResult:
+    """Measure `params` (None: the template's hand-picked config) for `wl`; never raises for a bad config.
+
+    With `keep`, the built library stays in that folder as kernel.so, with its source (an export).
+    """
+    rejected = _precheck(wl, params, options)
+    if rejected:
+        return rejected
+    return _request(wl, params, options, **({"keep": str(keep.resolve())} if keep else {}))
+
+
+def measure_library(wl: Workload, library: Path, options: Options = Options()) -> MeasureResult:
+    """Verify and time a library built elsewhere (its kernel `main` takes the workload's buffers), exactly
+    as a measurement's own library is: e.g. MetaSchedule's best schedule."""
+    return _request(wl, None, options, library=str(library.resolve()))
 
 
 def device(kind: str = "auto") -> Target:

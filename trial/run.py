@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tvm
 
-from . import devicelock, verify
-from .results import error_reason
-from .target import Target
+from . import verify
 from .workload import Workload
 
 
@@ -59,20 +56,3 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
     result = timer(*args, out)
     repeats = [float(r) for r in result.results]
     return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats)
-
-
-def on_device(mod: Any, target: Target, reference: verify.Reference, repeat: int, min_repeat_ms: int,
-              started: Callable[[int], None] = lambda index: None) -> dict[str, Any]:
-    """Take a device of `target` (its lock), verify and time there: a measurement's status and figures.
-
-    `started(index)` is called once the device is held, before the kernel runs.
-    """
-    with devicelock.acquire(target.kind, target.num_devices) as index:
-        started(index)
-        try:
-            timing = run(mod, target.device(index), reference, repeat, min_repeat_ms)
-        except WrongResult as err:
-            return {"status": "wrong_result", "reason": str(err), "device_index": index}
-        except Exception as err:  # a crash that leaves the process alive, e.g. a launch failure
-            return {"status": "runtime_error", "reason": error_reason(err), "device_index": index}
-    return {"status": "ok", "device_index": index, **timing.metrics(reference.wl)}

@@ -42,7 +42,9 @@ from typing import Any
 import nni
 from nni.tuner import Tuner
 
-from searchspace import Config, SearchSpace
+from searchspace import Config, ConstrainedSpace, SearchSpace
+
+from .rules import TargetRules
 
 _logger = logging.getLogger(__name__)
 
@@ -117,10 +119,16 @@ class SpaceTuner(Tuner):
         device: the device name the records must have been measured on (default: the device trials use
             on this machine, of the target $OPEVO_TARGET, else auto).
         warm_size: how many of the best recorded configurations are proposed (8).
+        target: the device whose rules every proposal keeps (threads, shared memory, registers, vector
+            widths, see trial/constraints.py), with `workload`: 'auto' (the device trials use on the
+            machine that runs the tuner, asked of its measuring service), an architecture ('sm_90',
+            'gfx90a', 'llvm', ... trial/archs.py) or a device's description as `python -m
+            experiments.write` records it; null searches the whole space.
     """
 
     def __init__(self, optimize_mode: str = "maximize", seed: int | None = None, warm_start: bool = False,
-                 workload: str | None = None, device: str | None = None, warm_size: int = 8) -> None:
+                 workload: str | None = None, device: str | None = None, warm_size: int = 8,
+                 target: str | dict[str, Any] | None = None) -> None:
         super().__init__()
         if optimize_mode not in ("maximize", "minimize"):
             raise ValueError(f"optimize_mode must be 'maximize' or 'minimize', got {optimize_mode!r}")
@@ -130,6 +138,8 @@ class SpaceTuner(Tuner):
             raise ValueError(f"warm_start must be true or false, got {warm_start!r}")
         if warm_start and workload is None:
             raise ValueError("workload (op/spec, e.g. mm/N512K1024M1024) is required when warm_start is true")
+        if target is not None and workload is None:
+            raise ValueError("workload (op/spec, e.g. mm/N512K1024M1024) is required with target")
         if device is not None and (not isinstance(device, str) or not device):
             raise ValueError(f"device must be a device name as the records hold it, or null, got {device!r}")
         self.optimize_mode = optimize_mode
@@ -138,6 +148,7 @@ class SpaceTuner(Tuner):
         self.workload_key = None if workload is None else _workload_key(workload)
         self.device = device
         self.warm_size = positive_int("warm_size", warm_size)
+        self.rules = None if target is None else TargetRules(workload, target)
         self.warm_configs: list[Config] = []
         """The recorded configurations warm start proposes, best first (empty when it starts cold)."""
         self.space: SearchSpace | None = None
@@ -256,6 +267,8 @@ class SpaceTuner(Tuner):
         With warm start, the best recorded configurations that fit the space are queued to be proposed first.
         """
         space = SearchSpace.from_json(search_space)
+        if self.rules is not None:
+            space = ConstrainedSpace.of(space, self.rules.of(space))
         warm = self._recorded_best(space) if self.warm_start else []
         with self._lock:
             self.warm_configs = warm
@@ -495,7 +508,7 @@ class SpaceTuner(Tuner):
                 from trial.measure import this_device
 
                 self.device = this_device(os.environ.get("OPEVO_TARGET", "auto"))
-            found = store.best(self.workload_key, self.device, n=self.warm_size, fits=space.contains)
+            found = store.best(self.workload_key, self.device, n=self.warm_size, fits=space.valid)
         except (sqlite3.Error, OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
             _logger.warning("warm start: cannot read the records of %s in %s (%s); starting cold",
                             self.workload_key, path, e)

@@ -357,7 +357,7 @@ class NA2CTuner(SpaceTuner):
         for move in self.moves:
             value = move.apply(self.space[move.name], state[move.name])
             targets.append(None if value is None else {**state, move.name: value})
-        mask = np.array([t is not None and not self.is_seen(t) for t in targets])
+        mask = np.array([t is not None and self.space.valid(t) and not self.is_seen(t) for t in targets])
         if not mask.any():
             walker.previous, walker.state = None, self.random_unseen()
             return walker.state

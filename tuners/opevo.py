@@ -59,7 +59,10 @@ class OpEvoTuner(SpaceTuner):
         return self.top(self.parents_size)
 
     def propose(self) -> Config | None:
-        """Wait while μ trials are in flight; sample until a measurement succeeds; then breed an unseen offspring."""
+        """Wait while μ trials are in flight; sample until a measurement succeeds; then breed an unseen offspring.
+
+        An offspring that breaks the device's rules (a constrained space) is repaired to the nearest one that
+        keeps them: parents that each fit may combine into one that does not."""
         if self.num_pending >= self.offspring_size:
             return None
         parents = self.parents()
@@ -69,7 +72,7 @@ class OpEvoTuner(SpaceTuner):
         weights = self._weights([value for _, value in parents])
         child = {}
         for _ in range(BREED_TRIES):
-            child = self._breed(configs, weights)
+            child = self.space.repair(self._breed(configs, weights), self.rng)
             if not self.is_seen(child):
                 return child
         return self.nearest_unseen(child)

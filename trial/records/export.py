@@ -1,8 +1,8 @@
 """Export of a recorded kernel: compiled library, source, knobs and a report of what tuning gained.
 
-The library is rebuilt from the recorded knobs, saved with `export_library`, loaded back and run
-from the saved file: the report's tuned time is the exported file's own, verified like any trial,
-next to the template's hand-picked config timed in the same process on the same device.
+The library is rebuilt from the recorded knobs through the measure path, which leaves it in the
+export folder (kernel.so, with its source) and verifies and times that very file, like any trial;
+the template's hand-picked config is measured on the same device in the same way, for the report.
 """
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import tvm
-
-from .. import build, check, run, templates, verify
-from ..target import resolve
+from .. import check, templates
+from ..measure import Options, device, measure
+from ..results import MeasureResult, Status
 from ..workload import Workload
 from .store import Record
 
@@ -23,54 +22,36 @@ class ExportError(RuntimeError):
     """The record cannot be exported on this machine."""
 
 
-def _sources(lib: Any, gpu: bool) -> dict[str, str]:
-    if gpu:
-        return {"kernel.cu": lib.mod.imports[0].inspect_source()}
-    return {"kernel.ll": lib.mod.inspect_source("ll"), "kernel.s": lib.mod.inspect_source("asm")}
-
-
-def _figures(result: dict[str, Any]) -> dict[str, Any]:
-    """The report's figures of a measurement (`run.on_device`), or what went wrong."""
-    if result["status"] != "ok":
-        return {"error": f"{result['status']}: {result['reason']}"}
-    return {key: result[key] for key in ("latency_ms", "latency_std_ms", "gflops")}
+def _figures(result: MeasureResult) -> dict[str, Any]:
+    """The report's figures of a measurement, or what went wrong."""
+    if result.status != Status.OK:
+        return {"error": f"{result.status}: {result.reason}"}
+    return {"latency_ms": result.latency_ms, "latency_std_ms": result.latency_std_ms, "gflops": result.gflops}
 
 
 def export(wl: Workload, record: Record, out: Path, target_kind: str = "auto", repeat: int = 10,
            min_repeat_ms: int = 100, trials: int | None = None) -> dict[str, Any]:
     """Write kernel.so, its source, params.json and report.json under `out`; returns the report."""
-    target = resolve(target_kind)
+    target = device(target_kind)
     if record.device != target.device_name:
         raise ExportError(f"the record was measured on {record.device!r} but this machine's {target.kind} "
                           f"device is {target.device_name!r}: export on that machine, or pick a record of "
                           f"this device with --device")
-    template = templates.load(wl.op)
     try:
-        check.check(wl, template, record.params, target)
+        check.check(wl, templates.load(wl.op), record.params, target)
     except check.InvalidConfig as err:  # e.g. recorded before the template's knobs changed
         raise ExportError(f"the recorded knobs do not fit the template on this device: {err}") from None
-    lib = build.build(wl, template, record.params, target)
     out.mkdir(parents=True, exist_ok=True)
-    library = out / "kernel.so"
-    lib.export_library(str(library))
-    for name, text in _sources(lib, target.is_gpu).items():
-        (out / name).write_text(text)
-    (out / "params.json").write_text(json.dumps(record.params, indent=1) + "\n")
-    loaded = tvm.runtime.load_module(str(library))
-    reference = verify.Reference.of(wl)
-    tuned = _figures(run.on_device(loaded, target, reference, repeat, min_repeat_ms))
+    options = Options(target=target_kind, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    tuned = _figures(measure(wl, record.params, options, keep=out))
     if "error" in tuned:
         raise ExportError(f"the exported kernel failed: {tuned['error']}")
-    baseline_params = template.default_params(wl, target.is_gpu)
-    try:  # compiled before taking the device, like every measurement
-        check.check(wl, template, baseline_params, target)
-        baseline_mod = build.build(wl, template, baseline_params, target).mod
-        baseline = _figures(run.on_device(baseline_mod, target, reference, repeat, min_repeat_ms))
-    except (check.InvalidConfig, RuntimeError) as err:  # TVM errors are RuntimeErrors
-        baseline = {"error": str(err)}
+    (out / "params.json").write_text(json.dumps(record.params, indent=1) + "\n")
+    baseline_run = measure(wl, None, options)
+    baseline = _figures(baseline_run)
     report = {
         "workload": wl.key, "target": record.target, "device": record.device, "params": record.params,
-        "baseline": {"params": baseline_params, **baseline},
+        "baseline": {"params": baseline_run.params, **baseline},
         "tuned": {**tuned, "recorded_latency_ms": record.latency_ms, "recorded_gflops": record.gflops,
                   "vs_recorded": (tuned["latency_ms"] / record.latency_ms) if record.latency_ms else None},
         "improvement": (baseline["latency_ms"] / tuned["latency_ms"]) if "latency_ms" in baseline else None,

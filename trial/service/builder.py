@@ -8,25 +8,31 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
-
-import tvm  # noqa: F401  (imported once per worker, at its first call)
 
 from searchspace import from_twin
 
 from .. import build, check, templates
-from ..results import error_reason
+from ..results import Status, error_reason
 from ..target import Target
 from ..workload import parse
 
 
 def warm() -> None:
-    """Pay the imports before the first build arrives (the module's own import did it)."""
+    """Pay the imports (TVM's, through `build`) before the first build arrives: importing this module did."""
+
+
+def _sources(lib: Any, gpu: bool) -> dict[str, str]:
+    if gpu:
+        return {"kernel.cu": lib.mod.imports[0].inspect_source()}
+    return {"kernel.ll": lib.mod.inspect_source("ll"), "kernel.s": lib.mod.inspect_source("asm")}
 
 
 def build_library(op: str, spec: str, params: dict[str, Any] | None, template_name: str | None,
-                  target: dict[str, Any], path: str, sys_path: list[str]) -> dict[str, Any]:
-    """Build `params` (None: the hand-picked config; twin-encoded ones are decoded) into a library at `path`.
+                  target: dict[str, Any], path: str, sys_path: list[str], sources: bool = False) -> dict[str, Any]:
+    """Build `params` (None: the hand-picked config; twin-encoded ones are decoded) into a library at `path`,
+    with its source beside it if `sources` (kernel.cu, or kernel.ll and kernel.s on the CPU).
 
     Returns {"status": "built", "params", "build_s"} or {"status": "invalid" | "compile_error", "reason",
     "params"}.  `sys_path` is the requesting process's, so a template of its own (`--template`) imports.
@@ -39,10 +45,15 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
     try:
         check.check(wl, template, params, tgt)
     except check.InvalidConfig as err:
-        return {"status": "invalid", "reason": str(err), "params": params}
+        return {"status": Status.INVALID, "reason": str(err), "params": params}
     start = time.perf_counter()
     try:
-        build.build(wl, template, params, tgt).export_library(path)
+        lib = build.build(wl, template, params, tgt)
+        lib.export_library(path)
     except Exception as err:  # any failure to schedule, compile or link is this config's compile error
-        return {"status": "compile_error", "reason": error_reason(err), "params": params}
-    return {"status": "built", "params": params, "build_s": time.perf_counter() - start}
+        return {"status": Status.COMPILE_ERROR, "reason": error_reason(err), "params": params}
+    built = time.perf_counter() - start
+    if sources:
+        for name, text in _sources(lib, tgt.is_gpu).items():
+            (Path(path).parent / name).write_text(text)
+    return {"status": "built", "params": params, "build_s": built}

@@ -11,7 +11,6 @@ its workers as it goes; workers also exit by themselves if it dies.
 from __future__ import annotations
 
 import os
-import queue
 import secrets
 import shutil
 import signal
@@ -20,111 +19,17 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
 from ..results import Status, error_reason
-from ..target import Target, TargetError, save
+from ..target import Target, TargetError
 from . import nnitrial
+from .pools import Builders, Devices, Runner
 from .worker import CallCancelled, CallFailed, Worker, WorkerDied, WorkerTimeout
-
-DESCRIBE_TIMEOUT_S = 120.0
-
-
-class Runner:
-    """The worker that runs kernels on one device."""
-
-    def __init__(self, target: Target, index: int, worker: Worker | None = None) -> None:
-        self.target, self.index = target, index
-        self.worker = worker or Worker(f"runner-{target.kind}-{index}")
-
-
-class Devices:
-    """The targets found on this machine, and a queue of free runners per target kind."""
-
-    def __init__(self) -> None:
-        self._targets: dict[str, Target | TargetError] = {}
-        self._free: dict[str, queue.Queue[Runner]] = {}
-        self._lock = threading.Lock()
-
-    def target(self, kind: str) -> Target:
-        """The target `kind` resolves to here, found once by a runner (which then serves its device 0)."""
-        with self._lock:
-            if kind not in self._targets:
-                self._targets[kind] = self._resolve(kind)
-        found = self._targets[kind]
-        if isinstance(found, TargetError):
-            raise found
-        return found
-
-    def _resolve(self, kind: str) -> Target | TargetError:
-        probe = Worker(f"runner-{kind}-0")
-        try:
-            answer = probe.call("trial.service.runner:describe", kind, timeout=DESCRIBE_TIMEOUT_S)
-        except (CallFailed, WorkerDied, WorkerTimeout) as err:
-            probe.stop()
-            return TargetError(f"could not query the {kind} device: {err}")
-        if "error" in answer:
-            probe.stop()
-            return TargetError(answer["error"])
-        target = Target.from_description(answer["target"])
-        save(kind, target)  # what trials check knobs against before they send a request
-        if target.kind in self._free:
-            probe.stop()
-        else:
-            free: queue.Queue[Runner] = queue.Queue()
-            free.put(Runner(target, 0, probe))
-            for index in range(1, target.num_devices):
-                free.put(Runner(target, index))
-            self._free[target.kind] = free
-        return target
-
-    @contextmanager
-    def runner(self, target: Target) -> Iterator[Runner]:
-        """A free runner of `target`'s kind, waiting for one; a runner whose worker died is revived first."""
-        free = self._free[target.kind]
-        runner = free.get()
-        try:
-            yield runner
-        finally:
-            if runner.worker.alive:
-                free.put(runner)
-            else:
-                threading.Thread(target=self._revive, args=(runner, free), daemon=True).start()
-
-    @staticmethod
-    def _revive(runner: Runner, free: queue.Queue[Runner]) -> None:
-        try:
-            runner.worker.call("trial.service.runner:warm", runner.target.describe(), runner.index, timeout=DESCRIBE_TIMEOUT_S)
-        except (CallFailed, WorkerDied, WorkerTimeout) as err:
-            print(f"runner {runner.worker.name} did not restart: {err}", file=sys.stderr, flush=True)
-        free.put(runner)
-
-    def workers(self) -> list[Worker]:
-        return [r.worker for free in self._free.values() for r in list(free.queue)]
-
-
-class Builders:
-    """Build workers, started as concurrent builds need them; the most recently used is reused first."""
-
-    def __init__(self, size: int) -> None:
-        self._free: queue.LifoQueue[Worker] = queue.LifoQueue()
-        self.all = [Worker(f"build-{i}") for i in range(size)]
-        for worker in reversed(self.all):
-            self._free.put(worker)
-
-    @contextmanager
-    def worker(self) -> Iterator[Worker]:
-        worker = self._free.get()
-        try:
-            yield worker
-        finally:
-            self._free.put(worker)
-
 
 class Service:
     def __init__(self, workdir: Path, idle_s: float, build_workers: int) -> None:
@@ -139,7 +44,11 @@ class Service:
 
     # --- requests -------------------------------------------------------------------------------
     def measure(self, m: dict[str, Any], conn: Connection) -> dict[str, Any] | None:
-        """Build and run one configuration; None if the requesting trial went away meanwhile."""
+        """Build and run one configuration; None if the requesting trial went away meanwhile.
+
+        m["library"]: an already built library, only verified and timed; m["keep"]: a folder where the
+        build leaves its library (kernel.so) and source, instead of a scratch file.
+        """
         marks = {"received": time.time()}
         options = m["options"]
         out: dict[str, Any] = {"params": m["params"], "marks": marks}
@@ -148,20 +57,23 @@ class Service:
         except TargetError as err:
             return {**out, "status": Status.INVALID, "reason": str(err)}
         out.update(target=target.label, device=target.device_name)
-        path = self.workdir / f"{uuid.uuid4().hex}.so"
+        scratch = not (m.get("library") or m.get("keep"))
+        path = Path(m.get("library") or (Path(m["keep"]) / "kernel.so" if m.get("keep") else
+                                         self.workdir / f"{uuid.uuid4().hex}.so"))
 
         def gone() -> bool:  # the trial sends nothing more: readable means it has hung up
             return conn.poll(0)
 
         try:
-            with self.builders.worker() as builder:
-                marks["building"] = time.time()
-                built = self._build(builder, m, target, path, gone)
-            if built is None:
-                return None
-            out.update(built)
-            if built["status"] != "built":
-                return out
+            if not m.get("library"):
+                with self.builders.worker() as builder:
+                    marks["building"] = time.time()
+                    built = self._build(builder, m, target, path, gone)
+                if built is None:
+                    return None
+                out.update(built)
+                if built["status"] != "built":
+                    return out
             marks["built"] = time.time()
             with self.devices.runner(target) as runner:
                 ran = None if gone() else self._run(runner, m, target, path, marks, gone)
@@ -171,7 +83,8 @@ class Service:
             return out
         finally:
             marks["done"] = time.time()
-            path.unlink(missing_ok=True)
+            if scratch:
+                path.unlink(missing_ok=True)
 
     @staticmethod
     def _build(builder: Worker, m: dict[str, Any], target: Target, path: Path,
@@ -180,7 +93,7 @@ class Service:
         try:
             return builder.call("trial.service.builder:build_library", m["op"], m["spec"], m["params"],
                                 m["options"]["template"], target.describe(), str(path), m["sys_path"],
-                                timeout=timeout, cancelled=gone)
+                                bool(m.get("keep")), timeout=timeout, cancelled=gone)
         except CallCancelled:
             return None
         except WorkerTimeout:
@@ -235,7 +148,7 @@ class Service:
     def status(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "up_s": round(time.time() - self.started, 1), "active": self.active - 1,
                 "served": dict(self.served), "idle_exit_s": self.idle_s,
-                "workers": {w.name: w.pid for w in [*self.builders.all, *self.devices.workers()] if w.alive}}
+                "workers": {w.name: w.pid for w in self._workers() if w.alive}}
 
     def handle(self, conn: Connection) -> None:
         try:
@@ -305,8 +218,11 @@ class Service:
         except (OSError, EOFError, AuthenticationError):
             pass
 
+    def _workers(self) -> list[Worker]:
+        return [*self.builders.all, *(r.worker for r in self.devices.all)]
+
     def shutdown(self) -> None:
-        for worker in [*self.builders.all, *self.devices.workers()]:
+        for worker in self._workers():
             worker.kill_now()
         shutil.rmtree(self.workdir, ignore_errors=True)
 

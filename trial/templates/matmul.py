@@ -7,7 +7,8 @@ Knobs (the original OpEvo study's, with a split-K part, plus three):
   Y       factor [M, 4]  columns: block, virtual thread, thread, inner
   B       factor [B, 2]  batches (bmm only): block, inner
   unroll  discrete       auto-unroll budget of the inner loops (0 = off)
-  vec     discrete       vector width of the cooperative global-to-shared loads
+  vec     discrete       vector width of the cooperative global-to-shared loads (must divide the
+                         contiguous extent of each staged tile and its matrix row: `rules`)
   pipeline discrete      shared-memory stage: 0 single buffer, 1 double buffer (software pipeline:
                          the next K tile is loaded while the current one is used), 2 double buffer
                          filled by asynchronous copies (cp.async, CUDA sm_80 and newer)
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..constraints import Rule
 from ..workload import Workload
 from .common import PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline, unroll
 
@@ -95,6 +97,25 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     fragments = (X[1] * X[3] + Y[1] * Y[3]) * K[3]
     return {"threads": X[2] * Y[2], "thread_dims": (Y[2], X[2], 1), "shared_bytes": shared,
             "registers_per_thread": accumulators + fragments + 16, "async_copy": p["pipeline"] == 2}
+
+
+def rules(wl: Workload) -> list[Rule]:
+    """Vector loads need whole, aligned vectors: `vec` must divide the contiguous extent of each operand's
+    staged tile and the matrix row it is cut from; otherwise a vector straddles two rows of the tile or
+    starts off its alignment (`cudaErrorMisalignedAddress`)."""
+    d = wl.dims
+
+    def extents(c: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        k_tile = c["K"][2] * c["K"][3]
+        a = (math.prod(c["X"][1:]), d["N"]) if wl.layout[0] == "T" else (k_tile, d["K"])
+        b = (k_tile, d["K"]) if wl.layout[1] == "T" else (math.prod(c["Y"][1:]), d["M"])
+        return {"A": a, "B": b}
+
+    def misfits(c: dict[str, Any]) -> list[str]:
+        return [f"vec {c['vec']} does not divide {name}'s contiguous tile extent {tile} and row of {row}"
+                for name, (tile, row) in extents(c).items() if tile % c["vec"] or row % c["vec"]]
+
+    return [Rule(lambda r, c: float(bool(misfits(c))), 0.0, lambda r, c: "; ".join(misfits(c)), grows=False)]
 
 
 SUM_THREADS = 256  # threads per block of the kernel that sums split-K partials

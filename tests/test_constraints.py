@@ -1,0 +1,85 @@
+"""The templates' rules on a device (trial/constraints.py), and the constrained spaces they make."""
+import random
+
+import pytest
+from test_trial import GPU
+
+from searchspace import ConstrainedSpace, SearchSpace
+from trial import check, templates
+from trial.archs import ARCHS, UnknownArch, target_of
+from trial.constraints import KernelRules
+from trial.workload import parse
+
+SHAPES = [("mm", "N512K1024M1024"), ("mm", "N768K3072M768PTN"), ("mm", "N1000K49M1000PNT"),
+          ("bmm", "B960N128K64M128PNT"), ("bmm", "B1N197K64M197PTT"),
+          ("conv", "N512C3HW227F64K11ST4PD0"), ("conv", "N1C3HW224F64K7ST2PD3")]
+
+
+def rules(op, spec, target=GPU):
+    wl = parse(op, spec)
+    template = templates.load(op)
+    return wl, template, KernelRules(wl, template, target)
+
+
+@pytest.mark.parametrize("op,spec", SHAPES)
+def test_the_rules_are_the_knob_check(op, spec):
+    """A configuration keeps the rules exactly when the trial's knob check accepts it, and each broken
+    rule is one of the check's reasons."""
+    wl, template, kernel = rules(op, spec)
+    space, rng = SearchSpace.from_json(template.search_space(wl)), random.Random(5)
+    seen = {True: 0, False: 0}
+    for _ in range(300):
+        config = space.sample(rng)
+        problems = kernel.problems(config)
+        assert (kernel.excess(config) == 0) == (not problems)
+        try:
+            check.check(wl, template, config, GPU)
+        except check.InvalidConfig as err:
+            assert problems and all(p in str(err) for p in problems), (config, problems, err)
+            seen[False] += 1
+        else:
+            assert not problems, (config, problems)
+            seen[True] += 1
+    assert seen[True] and seen[False]
+
+
+@pytest.mark.parametrize("op,spec", SHAPES)
+def test_possible_keeps_every_value_of_a_valid_configuration(op, spec):
+    """Values are ruled out only when no valid configuration has them: every value of thousands of valid
+    configurations drawn from the plain space is kept."""
+    wl, template, kernel = rules(op, spec)
+    space, rng, valid = SearchSpace.from_json(template.search_space(wl)), random.Random(3), 0
+    for _ in range(3000):
+        config = space.sample(rng)
+        if kernel.excess(config) == 0:
+            valid += 1
+            assert all(kernel.possible(name, value) for name, value in config.items()), config
+    assert valid > 50
+
+
+def test_vector_loads_must_fit_the_tiles():
+    wl, template, kernel = rules("mm", "N512K1024M1024")
+    config = {**template.default_params(wl, True), "K": [1, 512, 1, 2], "vec": 4}
+    assert "vec 4 does not divide A's contiguous tile extent 2 and row of 1024" in kernel.problems(config)
+    assert not kernel.problems({**config, "vec": 2})
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80", "sm_75"])
+@pytest.mark.parametrize("op,spec", SHAPES)
+def test_constrained_spaces_hand_out_only_kernels_the_check_accepts(arch, op, spec):
+    wl, template, kernel = rules(op, spec, target_of(arch))
+    space = ConstrainedSpace.of(SearchSpace.from_json(template.search_space(wl)), kernel)
+    rng = random.Random(11)
+    for _ in range(100):
+        config = space.sample(rng)
+        check.check(wl, template, config, target_of(arch))
+        for near in rng.sample(space.neighbours(config), 3):
+            check.check(wl, template, near, target_of(arch))
+
+
+def test_architectures_of_absent_gpus():
+    assert target_of("sm_90").async_copy and not target_of("sm_75").async_copy
+    assert target_of("gfx90a").limits.warp_size == 64 and not target_of("llvm").is_gpu
+    assert set(ARCHS) >= {"sm_80", "sm_89", "sm_90", "llvm"}
+    with pytest.raises(UnknownArch, match="unknown --arch 'sm_1'"):
+        target_of("sm_1")
