@@ -41,13 +41,15 @@ import numpy as np
 from nni.algorithms.hpo.evolution_tuner import EvolutionTuner
 from nni.tuner import Tuner
 
-from experiments import registry, write
+from experiments import registry
+from searchspace import ConstrainedSpace, SearchSpace, twin_space
 from trial import templates
-from trial.measure import Options, measure
-from trial.results import MeasureResult
+from trial.constraints import KernelRules
+from trial.measure import Options, device, measure
 from trial.records import Records
+from trial.results import MeasureResult
+from trial.target import Target
 from trial.workload import Workload
-from searchspace import twin_space
 
 from .plots import best_so_far
 
@@ -81,14 +83,18 @@ TUNERS = (*registry.TUNERS, *registry.BUILTIN_TUNERS)
 """Tuners the driver runs: the suite's on its space, NNI's built-ins on the twin space."""
 
 
-def make_tuner(name: str, seed: int) -> tuple[Tuner, bool]:
-    """The tuner `name` with the experiments' classArgs and `seed`; and whether it searches the twin space."""
+def make_tuner(name: str, seed: int, wl: Workload | None = None, target: Target | None = None) -> tuple[Tuner, bool]:
+    """The tuner `name` with the experiments' classArgs and `seed`, keeping `target`'s rules for `wl` (the
+    suite's tuners); and whether it searches the twin space."""
     if name not in TUNERS:
         raise ValueError(f"unknown tuner {name!r}: expected one of {', '.join(TUNERS)}")
     twin = name in registry.BUILTIN_TUNERS
     spec = registry.BUILTIN_TUNERS[name] if twin else registry.TUNERS[name]
+    class_args = {**spec.get("classArgs", {}), "seed": seed}
+    if not twin and wl is not None and target is not None:
+        class_args.update(workload=wl.name, target=target.describe())
     module, _, cls = (spec.get("className") or _BUILTIN_CLASSES[spec["name"]]).rpartition(".")
-    return getattr(importlib.import_module(module), cls)(**spec.get("classArgs", {}), seed=seed), twin
+    return getattr(importlib.import_module(module), cls)(**class_args), twin
 
 
 @dataclass
@@ -224,10 +230,17 @@ def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = registr
         evaluate: Evaluate | None = None) -> Run:
     """One seeded run of `tuner` on `wl` through the measure path; each measurement goes to `records`.
 
-    `evaluate` replaces `measure(wl, params, options)` (tests).
+    The suite's tuners keep the rules of the device the trials run on, and NNI's built-ins get the twin
+    space restricted to the values those rules leave possible, as the experiment writer gives them; a
+    replaced template (`options.template`, tests) has no rules.  `evaluate` replaces
+    `measure(wl, params, options)` (tests).
     """
-    instance, twin = make_tuner(tuner, seed)
-    native = templates.load(wl.op, options.template).search_space(wl)
+    template = templates.load(wl.op, options.template)
+    target = None if options.template else device(options.target)
+    instance, twin = make_tuner(tuner, seed, wl, target)
+    native = template.search_space(wl)
+    allowed = None if target is None else ConstrainedSpace.of(
+        SearchSpace.from_json(native), KernelRules(wl, template, target)).domains()
     experiment = f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}-{tuner}-s{seed}"
     bar = Progress(trials, f"{tuner} seed {seed}", progress)
 
@@ -237,7 +250,7 @@ def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = registr
         bar.add(trial.result)
 
     try:
-        done = drive(instance, twin_space(native) if twin else native, trials, workers,
+        done = drive(instance, twin_space(native, allowed) if twin else native, trials, workers,
                      evaluate or (lambda params: measure(wl, params, options)), on_trial)
     finally:
         bar.close()

@@ -1,8 +1,8 @@
 """python -m experiments.write <op> <spec>: write an experiment folder for a workload.
 
 experiments/<op>/<spec>/ gets search_space.json (the template's knobs) and one NNI v2 config per
-suite tuner (config_opevo.yml, config_gbfs.yml, config_na2c.yml, which warm-start from the records:
-see tuners/warmstart.py), plus search_space_twin.json (the same space in NNI's standard types, see
+suite tuner (config_opevo.yml, config_gbfs.yml, config_na2c.yml, which warm-start from the records
+and keep the rules of a device: see tuners/base.py), plus search_space_twin.json (the same space in NNI's standard types, see
 searchspace/twin.py) and configs for NNI's built-in TPE, Random and Evolution tuners over it, for
 fair comparisons.  Paths in the configs are relative to the config file, so
 `nnictl create --config .../config_opevo.yml` works from any folder.
@@ -17,9 +17,13 @@ from typing import Any
 
 import yaml
 
-from searchspace import twin_space
+from searchspace import ConstrainedSpace, SearchSpace, twin_space
 from trial import templates
+from trial.archs import ARCHS, target_of
 from trial.command import trial_command
+from trial.constraints import KernelRules
+from trial.measure import device
+from trial.target import Target
 from trial.workload import SpecError, Workload, parse
 
 from .registry import BUILTIN_TUNERS, CONCURRENCY, MAX_TRIALS, TUNERS
@@ -33,18 +37,20 @@ def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
 
 
 def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
-           concurrency: int = CONCURRENCY, warm_start: bool = True) -> dict[str, Any]:
+           concurrency: int = CONCURRENCY, warm_start: bool = True,
+           target: str | dict[str, Any] = "auto") -> dict[str, Any]:
     """The NNI v2 config of `tuner` for `wl`, with paths relative to the folder `out`.
 
-    `warm_start` is the suite tuners' classArg (NNI's built-ins take none): False starts them cold,
-    independent of the records (benchmarks).
+    `warm_start` and `target` are the suite tuners' classArgs (NNI's built-ins take none): warm start
+    False starts them cold, independent of the records (benchmarks); `target` is the device whose rules
+    every proposal keeps (see tuners/rules.py).
     """
     code = os.path.relpath(ROOT, out)
     builtin = tuner in BUILTIN_TUNERS
     if builtin:
         algo = BUILTIN_TUNERS[tuner]
     else:
-        class_args = {**TUNERS[tuner]["classArgs"], "warm_start": warm_start, "workload": wl.name}
+        class_args = {**TUNERS[tuner]["classArgs"], "warm_start": warm_start, "workload": wl.name, "target": target}
         algo = {**TUNERS[tuner], "classArgs": class_args}
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",
@@ -58,21 +64,41 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
     }
 
 
+def _target(arch: str | None) -> tuple[str | dict[str, Any], Target | None]:
+    """The `target` classArg for `arch`, and the device it stands for where that is known now."""
+    if arch is None:
+        here = device(os.environ.get("OPEVO_TARGET", "auto"))
+        return here.describe(), here
+    if arch == "auto":
+        return "auto", None
+    return arch, target_of(arch)
+
+
 def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
-          concurrency: int = CONCURRENCY, warm_start: bool = True) -> Path:
+          concurrency: int = CONCURRENCY, warm_start: bool = True, arch: str | None = None) -> Path:
     """Write the experiment folder of `wl` under `root`; returns the folder.
 
     `warm_start`: whether the suite tuners' configs warm-start from the records (see `config`).
+    `arch`: the device whose rules the search keeps: None, the device trials use here (its limits are
+    recorded); "auto", whichever device runs the experiment (the tuner asks when it starts); or an
+    architecture of trial/archs.py, e.g. "sm_90", for a GPU that is not here.  NNI's built-in tuners
+    get a twin space that offers only the values the device's rules leave possible, as far as NNI's
+    types can say it (not with "auto").
     """
+    target, known = _target(arch)
     out = folder(wl, root)
     out.mkdir(parents=True, exist_ok=True)
-    space = templates.load(wl.op).search_space(wl)
-    for name, content in (("search_space.json", space), ("search_space_twin.json", twin_space(space))):
+    template = templates.load(wl.op)
+    space = template.search_space(wl)
+    allowed = None if known is None else ConstrainedSpace.of(
+        SearchSpace.from_json(space), KernelRules(wl, template, known)).domains()
+    for name, content in (("search_space.json", space), ("search_space_twin.json", twin_space(space, allowed))):
         lines = [f"  {json.dumps(key)}: {json.dumps(knob)}" for key, knob in content.items()]
         (out / name).write_text("{\n" + ",\n".join(lines) + "\n}\n")
     for tuner in [*TUNERS, *BUILTIN_TUNERS]:
-        text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency, warm_start), sort_keys=False)
-        header = f"# Written by `python -m experiments.write {wl.op} {wl.spec}`.\n"
+        text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency, warm_start, target), sort_keys=False)
+        header = (f"# Written by `python -m experiments.write {wl.op} {wl.spec}"
+                  f"{'' if arch is None else ' --arch ' + arch}`.\n")
         (out / f"config_{tuner}.yml").write_text(header + text)
     return out
 
@@ -84,12 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=EXPERIMENTS, help="where experiment folders go")
     p.add_argument("--max-trials", type=int, default=MAX_TRIALS)
     p.add_argument("--concurrency", type=int, default=CONCURRENCY)
+    p.add_argument("--arch", choices=["auto", *ARCHS],
+                   help="the device whose limits the search keeps: an architecture, e.g. sm_90, for a GPU that is "
+                        "not here, or auto for whichever runs the experiment (default: the device trials use here)")
     args = p.parse_args(argv)
     try:
         wl = parse(args.op, args.spec)
     except SpecError as err:
         p.error(str(err))
-    print(write(wl, args.root.resolve(), args.max_trials, args.concurrency))
+    print(write(wl, args.root.resolve(), args.max_trials, args.concurrency, arch=args.arch))
     return 0
 
 

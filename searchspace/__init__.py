@@ -13,8 +13,8 @@ from .errors import SpaceError
 from .factor import Factor
 from .param import MAX_ENUMERATION, Parameter
 from .perm import Perm
-from .space import TYPES, Config, SearchSpace
+from .space import TYPES, Config, Move, SearchSpace
 from .twin import TWIN_MAX_CHOICES, from_twin, twin_space
 
-__all__ = ["Choice", "Config", "ConstrainedSpace", "Constraints", "Discrete", "Factor", "MAX_ENUMERATION", "Parameter", "Perm", "SearchSpace",
+__all__ = ["Choice", "Config", "ConstrainedSpace", "Constraints", "Discrete", "Factor", "MAX_ENUMERATION", "Move", "Parameter", "Perm", "SearchSpace",
            "SpaceError", "TWIN_MAX_CHOICES", "TYPES", "from_twin", "twin_space"]

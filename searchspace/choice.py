@@ -65,6 +65,13 @@ class Choice(Parameter):
         i = self.key(value)
         return [copy.deepcopy(v) for j, v in enumerate(self.options) if j != i]
 
+    def moves(self) -> list[tuple[int, ...]]:
+        """To option k."""
+        return [(k,) for k in range(len(self.options))]
+
+    def move(self, value: Any, move: tuple[int, ...]) -> Any:
+        return copy.deepcopy(self.options[move[0]])
+
     def check(self, value: Any) -> str | None:
         if _canonical(value) not in self._index:
             return f"{value!r} is not one of the choices {self.options!r}"

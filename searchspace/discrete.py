@@ -58,6 +58,14 @@ class Discrete(Parameter):
         i = self._index[value]
         return [self.numbers[j] for j in (i - 1, i + 1) if 0 <= j < len(self.numbers)]
 
+    def moves(self) -> list[tuple[int, ...]]:
+        """One step down or up."""
+        return [(-1,), (1,)]
+
+    def move(self, value: Any, move: tuple[int, ...]) -> int | float:
+        i = self._index[value] + move[0]
+        return self.numbers[i] if 0 <= i < len(self.numbers) else value
+
     def check(self, value: Any) -> str | None:
         if not _is_number(value) or value not in self._index:
             return f"{value!r} is not one of the values {self.numbers!r}"

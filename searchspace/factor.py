@@ -101,6 +101,19 @@ class Factor(Parameter):
                         out.append(moved)
         return out
 
+    def moves(self) -> list[tuple[int, ...]]:
+        """(prime, from part, to part)."""
+        return [(p, i, j) for p, _ in self.primes for i in range(self.parts) for j in range(self.parts) if i != j]
+
+    def move(self, value: Any, move: tuple[int, ...]) -> list[int]:
+        prime, src, dst = move
+        if value[src] % prime:
+            return list(value)
+        moved = list(value)
+        moved[src] //= prime
+        moved[dst] *= prime
+        return moved
+
     def check(self, value: Any) -> str | None:
         if not isinstance(value, (list, tuple)):
             return f"expected a list of {self.parts} factors of {self.product}, got {value!r}"

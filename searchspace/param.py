@@ -59,6 +59,16 @@ class Parameter(ABC):
         """The values one move away from `value` (never `value` itself, no repeats)."""
 
     @abstractmethod
+    def moves(self) -> list[tuple[int, ...]]:
+        """Every move of the parameter, a fixed list (a learning tuner's action set, as in N-A2C): the
+        moves that apply at a value lead to exactly its neighbours."""
+
+    @abstractmethod
+    def move(self, value: Any, move: tuple[int, ...]) -> Any:
+        """Where `move`, one of `moves()`, leads from `value`: an equal value where the move does not apply
+        (a sentinel would be ambiguous: a choice may hold None)."""
+
+    @abstractmethod
     def check(self, value: Any) -> str | None:
         """Why `value` is not a value of this parameter, or None if it is."""
 

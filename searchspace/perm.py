@@ -60,6 +60,16 @@ class Perm(Parameter):
             out.append(swapped)
         return out
 
+    def moves(self) -> list[tuple[int, ...]]:
+        """Swap the items at positions i < j."""
+        return list(itertools.combinations(range(self.n), 2))
+
+    def move(self, value: Any, move: tuple[int, ...]) -> list[int]:
+        i, j = move
+        swapped = list(value)
+        swapped[i], swapped[j] = swapped[j], swapped[i]
+        return swapped
+
     def check(self, value: Any) -> str | None:
         if (not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value)
                 or sorted(value) != list(range(self.n))):

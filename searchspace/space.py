@@ -23,6 +23,8 @@ TYPES: Mapping[str, type[Parameter]] = MappingProxyType(
 """The `_type` names this model understands, mapped to their classes."""
 
 Config = dict[str, Any]
+Move = tuple[str, tuple[int, ...]]
+"""A parameter's name and one of its moves (`Parameter.moves`)."""
 
 
 class SearchSpace:
@@ -152,6 +154,17 @@ class SearchSpace:
                 moved[name] = value
                 out.append(moved)
         return out
+
+    def moves(self) -> list[Move]:
+        """Every move of every parameter, as (name, move), in search-space order: a fixed action set."""
+        return [(name, m) for name, p in self._params.items() for m in p.moves()]
+
+    def moved(self, config: Config, move: Move) -> Config | None:
+        """Where `move`, one of `moves()`, leads from `config`; None where it does not apply."""
+        name, m = move
+        param = self._params[name]
+        value = param.move(config[name], m)
+        return None if param.key(value) == param.key(config[name]) else {**copy.deepcopy(config), name: value}
 
     def encode(self, config: Config) -> list[float]:
         """The parameters' encodings concatenated in search-space order (length `encode_width`)."""

@@ -64,6 +64,11 @@ class _Codec:
     def decode(self, params: dict[str, Any]) -> None:
         """Replace the twin parameters in `params` by the native value where they decode; else leave them."""
 
+    def restrict(self, allowed: list[Any]) -> dict[str, dict[str, Any]]:
+        """The twin offering only the `allowed` values, where one choice stands for the parameter."""
+        keys = {self.param.key(v) for v in allowed}
+        return {self.param.name: _choice([v for v in self.param.values() if self.param.key(v) in keys])}
+
 
 class _Tokens(_Codec):
     """One `choice` over strings standing for the values, in their canonical order."""
@@ -77,6 +82,10 @@ class _Tokens(_Codec):
 
     def twin(self) -> dict[str, dict[str, Any]]:
         return {self.param.name: _choice(list(self.tokens))}
+
+    def restrict(self, allowed: list[Any]) -> dict[str, dict[str, Any]]:
+        keys = {self.param.key(v) for v in allowed}
+        return {self.param.name: _choice([t for t, v in zip(self.tokens, self.values) if self.param.key(v) in keys])}
 
     def decode(self, params: dict[str, Any]) -> None:
         value = params.get(self.param.name)
@@ -102,6 +111,9 @@ class _Split(_Codec):
 
     def twin(self) -> dict[str, dict[str, Any]]:
         return {name: _choice(options) for name, options in self.parts().items()}
+
+    def restrict(self, allowed: list[Any]) -> dict[str, dict[str, Any]]:
+        return self.twin()  # the parts are chosen independently: no subset of them stands for `allowed`
 
     def decode(self, params: dict[str, Any]) -> None:
         parts = self._parts
@@ -242,13 +254,20 @@ def _build_codecs(space: SearchSpace | Mapping[str, Any]) -> tuple[_Codec, ...]:
     return codecs
 
 
-def twin_space(space: SearchSpace | Mapping[str, Any]) -> dict[str, Any]:
+def twin_space(space: SearchSpace | Mapping[str, Any],
+               allowed: Mapping[str, list[Any] | None] | None = None) -> dict[str, Any]:
     """The NNI standard-type search space standing for `space` (a `SearchSpace` or its JSON).
 
+    `allowed`: per parameter, the only values to offer (e.g. `ConstrainedSpace.domains()`, the values a
+    device's rules leave possible); a parameter written as several twin parameters (a large factor, a
+    long permutation) offers all its values, since NNI's types choose each part on its own.
     `SpaceError` if the space cannot be written this way (a twin parameter name that clashes with a
     parameter of the space, or choices whose JSON texts are themselves choices).
     """
-    return {name: spec for codec in _codecs(space) for name, spec in codec.twin().items()}
+    allowed = allowed or {}
+    return {name: spec for codec in _codecs(space)
+            for name, spec in (codec.twin() if allowed.get(codec.param.name) is None
+                               else codec.restrict(allowed[codec.param.name])).items()}
 
 
 def from_twin(space: SearchSpace | Mapping[str, Any], params: Mapping[str, Any]) -> Config:

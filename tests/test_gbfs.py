@@ -7,6 +7,7 @@ from typing import Any
 import nni
 import pytest
 import tuner_harness as h
+import tuner_scenarios as sc
 from tuner_harness import BMM, CONV, MM, SPACES, FakeNNI, is_neighbour, keys, objective, ok
 from tuner_harness import no_checkpoint_dir  # noqa: F401 - the autouse fixture applies to this module
 
@@ -44,7 +45,7 @@ def test_beats_random_search_minimizing(name: str) -> None:
 
 def test_constrained_space() -> None:
     # Most of the space is beyond the device's limits: expanding valid configs keeps trials valid.
-    h.assert_valid_and_better(GBFSTuner, 5)
+    sc.assert_valid_and_better(GBFSTuner, 5)
 
 
 def test_same_seed_same_run() -> None:
@@ -121,18 +122,18 @@ def test_import_data_seeds_the_search() -> None:
 # ---- warm start --------------------------------------------------------------------------------------
 
 def test_warm_start(tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    h.assert_warm_start(GBFSTuner, tmp_path, monkeypatch, caplog)
+    sc.assert_warm_start(GBFSTuner, tmp_path, monkeypatch, caplog)
 
 
 def test_warm_start_configs_are_expanded_first(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    h.recorded_store(tmp_path, monkeypatch)
-    tuner = Recording(warm_start=True, workload=h.WORKLOAD, device=h.DEVICE, num_samples=3, seed=0)
+    sc.recorded_store(tmp_path, monkeypatch)
+    tuner = Recording(warm_start=True, workload=sc.WORKLOAD, device=sc.DEVICE, num_samples=3, seed=0)
     tuner.update_search_space(MM)
-    nni_ = FakeNNI(tuner, h.constrained, concurrency=1).run(5)
-    assert nni_.proposed[:2] == [h.PEAK, h.SECOND]
-    assert tuner.expanded == [h.PEAK]
+    nni_ = FakeNNI(tuner, sc.constrained, concurrency=1).run(5)
+    assert nni_.proposed[:2] == [sc.PEAK, sc.SECOND]
+    assert tuner.expanded == [sc.PEAK]
     space = SearchSpace.from_json(MM)
-    assert all(is_neighbour(space, h.PEAK, c) for c in nni_.proposed[2:])
+    assert all(is_neighbour(space, sc.PEAK, c) for c in nni_.proposed[2:])
 
 
 # ---- NNI protocol ----------------------------------------------------------------------------------
@@ -154,7 +155,7 @@ def test_exhaustion_while_trials_are_in_flight() -> None:
     ({"num_samples": 2.5}, "num_samples"),
     ({"num_samples": True}, "num_samples"),
     ({"seed": 1.5}, "seed"),
-    *h.BAD_WARM_ARGS,
+    *sc.BAD_WARM_ARGS,
 ])
 def test_bad_class_args(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):

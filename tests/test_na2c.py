@@ -1,8 +1,7 @@
-"""NA2CTuner: its action set, hand-written gradients, update rule, walkers, and runs through the NNI 3.0 API."""
+"""NA2CTuner: its hand-written gradients, update rule, walkers, and runs through the NNI 3.0 API."""
 from __future__ import annotations
 
 import copy
-import random
 import statistics
 from typing import Any
 
@@ -10,31 +9,17 @@ import nni
 import numpy as np
 import pytest
 import tuner_harness as h
-from tuner_harness import CONV, MM, SPACES, TINY, FakeNNI, is_neighbour, keys, objective, ok
+import tuner_scenarios as sc
+from tuner_harness import CONV, MM, SPACES, FakeNNI, is_neighbour, keys, objective, ok
 from tuner_harness import no_checkpoint_dir  # noqa: F401 - the fixture applies here too
 
-from tuners.na2c import GAMMA, MLP, Adam, NA2CTuner, a2c_update, log_prob_grad, moves, policy, value_grad
+from tuners.a2c import GAMMA, MLP, Adam, a2c_update, log_prob_grad, policy, value_grad
+from tuners.na2c import NA2CTuner
 from searchspace import Config, SearchSpace
 
 
 def make_tuner(space: dict = MM, **kwargs: Any) -> NA2CTuner:
     return h.make_tuner(NA2CTuner, space, **kwargs)
-
-
-# ---- action set ----------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("space_json", [*SPACES.values(), TINY], ids=[*SPACES, "tiny"])
-def test_valid_moves_are_exactly_the_neighbours(space_json: dict) -> None:
-    space = SearchSpace.from_json(space_json)
-    action_set = moves(space)
-    assert len(action_set) == len(set(action_set))
-    rng = random.Random(0)
-    for _ in range(20):
-        config = space.sample(rng)
-        reached = [space.key({**config, m.name: v}) for m in action_set
-                   if (v := m.apply(space[m.name], config[m.name])) is not None]
-        assert sorted(reached) == sorted(space.key(c) for c in space.neighbours(config))
-        assert len(reached) == len(set(reached))
 
 
 # ---- networks and gradients ----------------------------------------------------------------------------
@@ -137,7 +122,7 @@ def test_hidden_size_is_used() -> None:
     space = SearchSpace.from_json(CONV)
     assert tuner.actor is not None and tuner.critic is not None
     assert tuner.actor.params["W1"].shape == (17, space.encode_width)
-    assert tuner.actor.params["W2"].shape == (len(moves(space)), 17)
+    assert tuner.actor.params["W2"].shape == (len(space.moves()), 17)
     assert tuner.critic.params["W2"].shape == (1, 17)
 
 
@@ -211,7 +196,7 @@ def test_beats_random_search_minimizing(name: str) -> None:
 
 def test_constrained_space() -> None:
     # Most of the space is beyond the device's limits: walkers that restart from successes stay valid.
-    h.assert_valid_and_better(NA2CTuner, 3)
+    sc.assert_valid_and_better(NA2CTuner, 3)
 
 
 def test_learning_helps() -> None:
@@ -251,16 +236,16 @@ def test_failed_trials_are_tolerated() -> None:
 # ---- warm start --------------------------------------------------------------------------------------
 
 def test_warm_start(tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    h.assert_warm_start(NA2CTuner, tmp_path, monkeypatch, caplog)
+    sc.assert_warm_start(NA2CTuner, tmp_path, monkeypatch, caplog)
 
 
 def test_walkers_start_at_the_warm_start_configs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    h.recorded_store(tmp_path, monkeypatch)
-    tuner = h.warm_tuner(NA2CTuner, n_states=3)
+    sc.recorded_store(tmp_path, monkeypatch)
+    tuner = sc.warm_tuner(NA2CTuner, n_states=3)
     proposed = tuner.generate_multiple_parameters(list(range(6)))
     space = SearchSpace.from_json(MM)
-    assert proposed[:2] == [h.PEAK, h.SECOND]
-    assert is_neighbour(space, h.PEAK, proposed[2]) and is_neighbour(space, h.SECOND, proposed[3])
+    assert proposed[:2] == [sc.PEAK, sc.SECOND]
+    assert is_neighbour(space, sc.PEAK, proposed[2]) and is_neighbour(space, sc.SECOND, proposed[3])
     assert not any(is_neighbour(space, c, proposed[4]) for c in proposed[:4])  # the third walker: random
     assert is_neighbour(space, proposed[2], proposed[5])
 
@@ -293,7 +278,7 @@ def test_exhaustion_while_trials_are_in_flight() -> None:
     ({"epsilon": 1.5}, "epsilon"),
     ({"epsilon": None}, "epsilon"),
     ({"seed": "1"}, "seed"),
-    *h.BAD_WARM_ARGS,
+    *sc.BAD_WARM_ARGS,
 ])
 def test_bad_class_args(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):

@@ -10,6 +10,7 @@ from trial.results import STATUSES
 from trial.records import Records
 from trial.records.nni_import import import_experiment
 from trial.workload import parse_name
+from tuners.state import StateFile
 from searchspace import from_twin
 
 WORKLOAD = "mm/N64K64M64"
@@ -22,8 +23,7 @@ def check_pairing(records, state_file):
     `records` are the trials of one run: NNI numbers parameters from 0 again after a resume.
     """
     sent = {r.parameter_id: r.parameters for r in records}
-    tuner_values = {json.dumps(rec["config"], sort_keys=True): rec["value"]
-                    for rec in json.loads(state_file.read_text())["records"]}
+    tuner_values = {json.dumps(e.config, sort_keys=True): e.value for e in state_file.load()}
     for r in records:
         assert r.status == "SUCCEEDED" and r.metric is not None, r
         assert r.metric["status"] in STATUSES
@@ -71,7 +71,7 @@ def test_create_runs_to_done_then_resume_continues(tmp_path):
         assert tune.wait(port, timeout_s=300, poll_s=2) == "DONE", log_tail(config, exp_id)
         first = tune.trials(port)
         assert len(first) == 8
-        state_file = tmp_path / "nni" / exp_id / "checkpoint" / "OpEvoTuner.state.json"
+        state_file = StateFile(tmp_path / "nni" / exp_id / "checkpoint", "OpEvoTuner")
         check_pairing(first, state_file)
         assert_no_repeats(first)
         assert any(r.metric["status"] == "ok" for r in first)

@@ -5,7 +5,7 @@ NNI's status and its GFLOPS as the default metric, and, once the metric's `statu
 are added through "Add/Remove columns", those too, matching what the trials reported. The page is saved
 as a screenshot under the test's tmp_path.
 
-The browser is Debian's chromium (`.ci/run` installs it), driven by the playwright package; playwright
+The browser is Debian's chromium (`make test` installs it), driven by the playwright package; playwright
 never downloads a browser of its own here.
 """
 from pathlib import Path
@@ -26,7 +26,7 @@ def chromium() -> Path:
     """A missing browser fails the test (it would otherwise go untested in CI), with the fix in the message."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: the web UI test needs Debian's chromium "
-                    "(apt-get install chromium; .ci/run installs it)", pytrace=False)
+                    "(`make browser` or `make test` installs it with apt-get)", pytrace=False)
     return CHROMIUM
 
 

@@ -26,7 +26,8 @@ import itertools
 from collections.abc import Hashable
 from typing import Any
 
-from .base import SpaceTuner, positive_int
+from .base import SpaceTuner
+from .classargs import positive_int
 from searchspace import Config, SearchSpace
 
 

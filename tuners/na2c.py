@@ -2,7 +2,7 @@
 
 Neighbourhood actor-critic: `n_states` walkers move over the configuration graph of `SearchSpace`, one
 neighbour move per proposal. The state is the configuration's encoding (`SearchSpace.encode`); the
-actions are a fixed list of moves over the whole space (see `moves`), so the actor, a one-hidden-layer
+actions are a fixed list of moves over the whole space (`SearchSpace.moves`), so the actor, a one-hidden-layer
 MLP, has one softmax output per move. A move that does not apply at a state, or that leads to a
 configuration already seen (measured or in flight), is masked out, so a walker samples among its unseen
 neighbours in proportion to the policy (with probability ε uniformly instead). Configurations therefore
@@ -28,7 +28,7 @@ y = r + GAMMA·V(next), and the actor ascends A·∇log π(a|s) with the advanta
 constant. The next state is the one the walker goes on from: s' after a move that did not make things
 worse, s after one that did (it is undone); after a move from a failure into a failure the walker
 restarts elsewhere, so the walk ends there and y = r. Both networks are numpy MLPs with hand-written
-gradients, trained by Adam one transition at a time. The networks and walkers are not checkpointed: on
+gradients (`tuners.a2c`), trained by Adam one transition at a time. The networks and walkers are not checkpointed: on
 resume they start afresh, with the restored measurements marked seen and counted in the ranks.
 """
 from __future__ import annotations
@@ -38,155 +38,18 @@ import copy
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from numbers import Real
 from typing import Any
 
 import numpy as np
 
-from .base import SpaceTuner, positive_int
-from searchspace import Choice, Config, Discrete, Factor, Parameter, Perm, SearchSpace
+from searchspace import Config, Move, SearchSpace
 
-GAMMA = 0.5
-"""Discount of the critic's one-step target: small, because walks are short and the next step matters most."""
+from .a2c import MLP, Adam, a2c_update, policy
+from .base import SpaceTuner
+from .classargs import number_in, positive_int
 
 FAILURE_QUALITY = -1.5
 """Quality of a configuration whose trial failed: successes range over [-1, 1], a failure ranks below them all."""
-
-
-@dataclass(frozen=True)
-class Move:
-    """One action: a neighbour move of parameter `name`.
-
-    kinds: "shift" (args: prime, from slot, to slot) for factor; "step" (±1) for discrete; "to" (option
-    index) for choice; "swap" (i, j) for perm. The valid moves at a value are exactly its neighbours.
-    """
-
-    name: str
-    kind: str
-    args: tuple[int, ...]
-
-    def apply(self, param: Parameter, value: Any) -> Any | None:
-        """The value this move leads to from `value`, or None where the move does not apply."""
-        if self.kind == "shift":
-            prime, src, dst = self.args
-            if value[src] % prime:
-                return None
-            moved = list(value)
-            moved[src] //= prime
-            moved[dst] *= prime
-            return moved
-        if self.kind == "step":
-            assert isinstance(param, Discrete)
-            i = param.key(value) + self.args[0]
-            return param.numbers[i] if 0 <= i < param.size else None
-        if self.kind == "to":
-            assert isinstance(param, Choice)
-            return None if param.key(value) == self.args[0] else copy.deepcopy(param.options[self.args[0]])
-        i, j = self.args
-        swapped = list(value)
-        swapped[i], swapped[j] = swapped[j], swapped[i]
-        return swapped
-
-
-def moves(space: SearchSpace) -> list[Move]:
-    """The fixed action set of `space`, in search-space order."""
-    out = []
-    for name, param in space.params.items():
-        if isinstance(param, Factor):
-            out += [Move(name, "shift", (p, i, j)) for p, _ in param.primes
-                    for i in range(param.parts) for j in range(param.parts) if i != j]
-        elif isinstance(param, Discrete):
-            out += [Move(name, "step", (-1,)), Move(name, "step", (1,))]
-        elif isinstance(param, Choice):
-            out += [Move(name, "to", (k,)) for k in range(param.size)]
-        elif isinstance(param, Perm):
-            out += [Move(name, "swap", (i, j)) for i in range(param.n) for j in range(i + 1, param.n)]
-        else:
-            raise TypeError(f"{name}: N-A2C has no moves for parameter type {param.type_name!r}")
-    return out
-
-
-class MLP:
-    """x -> W2·tanh(W1·x + b1) + b2, with the gradient of any output-side loss written out by hand."""
-
-    def __init__(self, n_in: int, n_hidden: int, n_out: int, rng: np.random.Generator, out_scale: float = 1.0) -> None:
-        self.params = {
-            "W1": rng.normal(0.0, 1.0 / math.sqrt(n_in), (n_hidden, n_in)),
-            "b1": np.zeros(n_hidden),
-            "W2": rng.normal(0.0, out_scale / math.sqrt(n_hidden), (n_out, n_hidden)),
-            "b2": np.zeros(n_out),
-        }
-
-    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The output and the hidden activations (which `backward` needs)."""
-        h = np.tanh(self.params["W1"] @ x + self.params["b1"])
-        return self.params["W2"] @ h + self.params["b2"], h
-
-    def backward(self, x: np.ndarray, h: np.ndarray, grad_out: np.ndarray) -> dict[str, np.ndarray]:
-        """d(loss)/d(params) given d(loss)/d(output) at input `x` with hidden activations `h`."""
-        grad_pre = (self.params["W2"].T @ grad_out) * (1.0 - h * h)
-        return {"W1": np.outer(grad_pre, x), "b1": grad_pre, "W2": np.outer(grad_out, h), "b2": grad_out}
-
-
-def policy(actor: MLP, x: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """π(·|x) as a softmax over the allowed actions (zero elsewhere), and the actor's hidden activations."""
-    logits, h = actor.forward(x)
-    logits = np.where(mask, logits, -np.inf)
-    exp = np.exp(logits - logits[mask].max())
-    return exp / exp.sum(), h
-
-
-def log_prob_grad(actor: MLP, x: np.ndarray, mask: np.ndarray, action: int) -> tuple[float, dict[str, np.ndarray]]:
-    """log π(action|x) and its gradient: d/dlogits = onehot(action) − π, zero on masked actions."""
-    probs, h = policy(actor, x, mask)
-    grad_logits = -probs
-    grad_logits[action] += 1.0
-    return float(np.log(probs[action])), actor.backward(x, h, grad_logits)
-
-
-def value_grad(critic: MLP, x: np.ndarray, target: float) -> tuple[float, dict[str, np.ndarray]]:
-    """V(x) and the gradient of the squared error ½(V(x) − target)²."""
-    out, h = critic.forward(x)
-    value = float(out[0])
-    return value, critic.backward(x, h, np.array([value - target]))
-
-
-class Adam:
-    """Adam steps on a dict of arrays: single-transition gradients vary wildly in scale, Adam evens them."""
-
-    def __init__(self, params: dict[str, np.ndarray], lr: float, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8) -> None:
-        self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
-        self.m = {k: np.zeros_like(v) for k, v in params.items()}
-        self.v = {k: np.zeros_like(v) for k, v in params.items()}
-        self.t = 0
-
-    def descend(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> None:
-        """Update `params` in place against `grads`."""
-        self.t += 1
-        for k, g in grads.items():
-            self.m[k] = self.beta1 * self.m[k] + (1 - self.beta1) * g
-            self.v[k] = self.beta2 * self.v[k] + (1 - self.beta2) * g * g
-            m_hat = self.m[k] / (1 - self.beta1 ** self.t)
-            v_hat = self.v[k] / (1 - self.beta2 ** self.t)
-            params[k] -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
-
-
-def a2c_update(actor: MLP, critic: MLP, actor_opt: Adam, critic_opt: Adam, x: np.ndarray, mask: np.ndarray,
-               action: int, reward: float, x_next: np.ndarray | None) -> float:
-    """One advantage actor-critic step on the transition (x, action, reward, x_next); returns the advantage.
-
-    The target r + GAMMA·V(x_next) (just r when the walk ended, x_next None) and the advantage are plain
-    numbers, so no gradient flows through them: the critic descends ½(V(x) − target)² and the actor
-    ascends advantage·log π(action|x).
-    """
-    target = reward + (0.0 if x_next is None else GAMMA * float(critic.forward(x_next)[0][0]))
-    value, critic_grads = value_grad(critic, x, target)
-    advantage = target - value
-    _, actor_grads = log_prob_grad(actor, x, mask, action)
-    actor_opt.descend(actor.params, {k: -advantage * g for k, g in actor_grads.items()})
-    critic_opt.descend(critic.params, critic_grads)
-    return advantage
 
 
 @dataclass
@@ -250,12 +113,8 @@ class NA2CTuner(SpaceTuner):
         self.n_states = positive_int("n_states", n_states)
         self.n_steps = positive_int("n_steps", n_steps)
         self.hidden_size = positive_int("hidden_size", hidden_size)
-        if isinstance(lr, bool) or not isinstance(lr, Real) or not 0 < lr < math.inf:
-            raise ValueError(f"lr must be a positive number, got {lr!r}")
-        if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or not 0 <= epsilon <= 1:
-            raise ValueError(f"epsilon must be a number in [0, 1], got {epsilon!r}")
-        self.lr = float(lr)
-        self.epsilon = float(epsilon)
+        self.lr = number_in("lr", lr, 0, math.inf, open_low=True, open_high=True)
+        self.epsilon = number_in("epsilon", epsilon, 0, 1)
         self._model_space: SearchSpace | None = None
         self.moves: list[Move] = []
         self.actor: MLP | None = None
@@ -353,10 +212,7 @@ class NA2CTuner(SpaceTuner):
         assert self.space is not None and self.actor is not None and walker.state is not None
         state = walker.state
         walker.steps += 1
-        targets = []
-        for move in self.moves:
-            value = move.apply(self.space[move.name], state[move.name])
-            targets.append(None if value is None else {**state, move.name: value})
+        targets = [self.space.moved(state, move) for move in self.moves]
         mask = np.array([t is not None and self.space.valid(t) and not self.is_seen(t) for t in targets])
         if not mask.any():
             walker.previous, walker.state = None, self.random_unseen()
@@ -396,7 +252,7 @@ class NA2CTuner(SpaceTuner):
         if self._model_space is self.space:
             return
         self._model_space = self.space
-        self.moves = moves(self.space)
+        self.moves = self.space.moves()
         rng = np.random.default_rng(self.rng.getrandbits(64))
         width, n_moves = self.space.encode_width, len(self.moves)
         # A small actor output layer starts the policy near uniform over the allowed moves.

@@ -18,10 +18,10 @@ without proposing them again, is thread-safe, and pairs results by parameter id 
 """
 from __future__ import annotations
 
-from numbers import Real
 from typing import Any
 
-from .base import SpaceTuner, positive_int
+from .base import SpaceTuner
+from .classargs import number_in, positive_int
 from searchspace import Config
 
 BREED_TRIES = 32
@@ -50,9 +50,7 @@ class OpEvoTuner(SpaceTuner):
         super().__init__(optimize_mode=optimize_mode, seed=seed, **warm)
         self.parents_size = positive_int("parents_size", parents_size)
         self.offspring_size = positive_int("offspring_size", offspring_size)
-        if isinstance(mutate_rate, bool) or not isinstance(mutate_rate, Real) or not 0 <= mutate_rate < 1:
-            raise ValueError(f"mutate_rate must be a number in [0, 1), got {mutate_rate!r}")
-        self.mutate_rate = float(mutate_rate)
+        self.mutate_rate = number_in("mutate_rate", mutate_rate, 0, 1, open_high=True)
 
     def parents(self) -> list[tuple[Config, float]]:
         """The fittest successful measurements, at most `parents_size`, best first (ties: oldest first)."""
