@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from experiments import registry
+from trial.inputs import number_type
 from trial.measure import Options
 from trial.results import STAGES
-from trial.records import Records
+from trial.records import Records, RecordsError
 from trial.target import KINDS
 from trial.workload import SpecError, Workload, parse_name
 
@@ -194,15 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("workload", help="op/spec, e.g. mm/N512K1024M1024")
     p.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "random", "tpe", "metaschedule"],
                    help=f"of {', '.join(TUNERS)}; name:N runs N seeds of that tuner")
-    p.add_argument("--trials", type=int, default=128, help="measured trials per run (default 128)")
-    p.add_argument("--seeds", type=int, default=1, help="seeds per tuner unless name:N says (default 1)")
-    p.add_argument("--workers", type=int, default=registry.CONCURRENCY,
+    p.add_argument("--trials", type=number_type(int, 1, 100_000), default=128, help="measured trials per run (default 128)")
+    p.add_argument("--seeds", type=number_type(int, 1, 1000), default=1, help="seeds per tuner unless name:N says (default 1)")
+    p.add_argument("--workers", type=number_type(int, 1, 1024), default=registry.CONCURRENCY,
                    help=f"trials measured at once by the driver, as trialConcurrency (default {registry.CONCURRENCY})")
-    p.add_argument("--parallel", type=int, default=1,
+    p.add_argument("--parallel", type=number_type(int, 1, 256), default=1,
                    help="runs at a time (default 1: each run alone, for wall times and rates)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))
-    p.add_argument("--repeat", type=int, default=Options.repeat, help="timed repeats per trial (default 5)")
-    p.add_argument("--min-repeat-ms", type=int, default=Options.min_repeat_ms,
+    p.add_argument("--repeat", type=number_type(int, 5, 1000), default=Options.repeat, help="timed repeats per trial (default 5)")
+    p.add_argument("--min-repeat-ms", type=number_type(int, 1, 60000), default=Options.min_repeat_ms,
                    help="minimum length of a repeat (default 40, as the trial's)")
     p.add_argument("--out", type=Path, help="output folder (default results/<op>/<spec>/<time>)")
     p.add_argument("--records", help="records store (default: $OPEVO_RECORDS or records/records.sqlite)")
@@ -212,18 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--breakdown", action="store_true", help="print where the time of a trial goes")
     p.add_argument("--nnictl", action="store_true",
                    help="also run each driver tuner once through nnictl (one seed) for NNI's overhead")
-    p.add_argument("--port", type=int, default=8080, help="web UI port of the --nnictl experiments")
+    p.add_argument("--port", type=number_type(int, 1024, 65535), default=8080, help="web UI port of the --nnictl experiments")
     args = p.parse_args(argv)
     try:
         wl = parse_name(args.workload)
         runs_plan = plan(args.tuners, args.seeds)
     except (SpecError, ValueError) as err:
         p.error(str(err))
-    if min(args.trials, args.workers, args.seeds, args.parallel, args.min_repeat_ms) < 1 or args.repeat < 5:
-        p.error("--trials, --workers, --seeds, --parallel and --min-repeat-ms must be positive, --repeat at least 5")
     logging.getLogger("nni").setLevel(logging.WARNING)
     out = args.out or Path("results") / wl.op / wl.spec / time.strftime("%Y%m%d-%H%M%S")
-    records = None if args.no_record else Records(args.records)
+    try:
+        records = None if args.no_record else Records(args.records)
+    except RecordsError as err:
+        p.error(str(err))
     options = Options(target=args.target, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
     *_, text = compare(wl, runs_plan, args.trials, out, args.workers, options, records, not args.no_progress,
                        not args.no_vendor, args.parallel, args.breakdown, args.port if args.nnictl else None)

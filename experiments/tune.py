@@ -21,6 +21,7 @@ import requests
 from nni.experiment.config import ExperimentConfig
 
 from trial.command import read_trial_command
+from trial.inputs import number_type
 from trial.measure import this_device
 from trial.records import Record, Records, decode_metric, default_path, fits_template
 from trial.results import Status
@@ -133,11 +134,14 @@ def tuned_before(config: Path) -> Record | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.tune", description=__doc__.split("\n\n")[0])
     p.add_argument("config", type=Path, help="an experiment config, e.g. experiments/mm/N512K1024M1024/config_opevo.yml")
-    p.add_argument("--port", type=int, default=8080, help="web UI port (default 8080)")
-    p.add_argument("--timeout", type=float, default=24 * 3600, help="stop following after this many seconds")
+    p.add_argument("--port", type=number_type(int, 1024, 65535), default=8080, help="web UI port (default 8080)")
+    p.add_argument("--timeout", type=number_type(float, 1, 30 * 24 * 3600), default=24 * 3600,
+                   help="stop following after this many seconds")
     p.add_argument("--stop", action="store_true", help="stop the experiment when it is done")
     p.add_argument("--retune", action="store_true", help="tune even if the records hold a tuned kernel")
     args = p.parse_args(argv)
+    if not args.config.is_file():
+        p.error(f"no experiment config at {args.config} (write one with python -m experiments.write OP SPEC)")
     known = None if args.retune else tuned_before(args.config)
     if known:
         print(f"a tuned kernel of {known.workload} on {known.device} is recorded: {known.gflops:.1f} GFLOPS, "

@@ -22,6 +22,7 @@ from trial import templates
 from trial.archs import ARCHS, target_of
 from trial.command import trial_command
 from trial.constraints import KernelRules
+from trial.inputs import number_type
 from trial.measure import device
 from trial.target import Target
 from trial.workload import SpecError, Workload, parse
@@ -108,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("op", choices=["mm", "bmm", "conv"])
     p.add_argument("spec")
     p.add_argument("--root", type=Path, default=EXPERIMENTS, help="where experiment folders go")
-    p.add_argument("--max-trials", type=int, default=MAX_TRIALS)
-    p.add_argument("--concurrency", type=int, default=CONCURRENCY)
+    p.add_argument("--max-trials", type=number_type(int, 1, 1_000_000), default=MAX_TRIALS)
+    p.add_argument("--concurrency", type=number_type(int, 1, 1024), default=CONCURRENCY)
     p.add_argument("--arch", choices=["auto", *ARCHS],
                    help="the device whose limits the search keeps: an architecture, e.g. sm_90, for a GPU that is "
                         "not here, or auto for whichever runs the experiment (default: the device trials use here)")

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 from .errors import SpaceError
-from .param import Parameter
+from .param import MAX_VALUES, Parameter, shown
 
 
 def _canonical(value: Any) -> str | None:
@@ -30,15 +30,15 @@ class Choice(Parameter):
 
     @classmethod
     def from_value(cls, name: str, value: Any) -> Choice:
-        if not isinstance(value, list) or not value:
-            raise SpaceError(f"{name}: choice _value must be a non-empty list, got {value!r}")
+        if not isinstance(value, list) or not 1 <= len(value) <= MAX_VALUES:
+            raise SpaceError(f"{name}: choice _value must be a list of 1 to {MAX_VALUES} values, got {shown(value)}")
         seen: set[str] = set()
         for v in value:
             text = _canonical(v)
             if text is None:
-                raise SpaceError(f"{name}: choice value {v!r} is not JSON-serialisable")
+                raise SpaceError(f"{name}: choice value {shown(v)} is not JSON-serialisable")
             if text in seen:
-                raise SpaceError(f"{name}: choice value {v!r} is listed twice")
+                raise SpaceError(f"{name}: choice value {shown(v)} is listed twice")
             seen.add(text)
         return cls(name, value)
 

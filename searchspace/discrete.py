@@ -7,7 +7,7 @@ from numbers import Real
 from typing import Any
 
 from .errors import SpaceError
-from .param import Parameter
+from .param import MAX_VALUES, Parameter, shown
 
 
 def _is_number(value: Any) -> bool:
@@ -26,13 +26,13 @@ class Discrete(Parameter):
 
     @classmethod
     def from_value(cls, name: str, value: Any) -> Discrete:
-        if not isinstance(value, list) or not value:
-            raise SpaceError(f"{name}: discrete _value must be a non-empty list of numbers, got {value!r}")
+        if not isinstance(value, list) or not 1 <= len(value) <= MAX_VALUES:
+            raise SpaceError(f"{name}: discrete _value must be a list of 1 to {MAX_VALUES} numbers, got {shown(value)}")
         bad = [v for v in value if not _is_number(v)]
         if bad:
-            raise SpaceError(f"{name}: discrete values must be finite numbers, got {bad[0]!r}")
+            raise SpaceError(f"{name}: discrete values must be finite numbers, got {shown(bad[0])}")
         if any(a >= b for a, b in zip(value, value[1:])):
-            raise SpaceError(f"{name}: discrete values must be sorted ascending without repeats, got {value!r}")
+            raise SpaceError(f"{name}: discrete values must be sorted ascending without repeats, got {shown(value)}")
         return cls(name, value)
 
     @property

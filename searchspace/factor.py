@@ -7,8 +7,12 @@ import random
 from typing import Any
 
 from .errors import SpaceError
-from .param import Parameter, is_int
+from .param import Parameter, is_int, shown
 
+
+MAX_PRODUCT = 2**31 - 1
+"""A loop extent: the templates index with 32-bit integers."""
+MAX_PARTS = 8
 
 def prime_factors(n: int) -> list[tuple[int, int]]:
     """The prime powers of `n` as (prime, exponent), primes ascending; empty for 1."""
@@ -53,12 +57,12 @@ class Factor(Parameter):
     @classmethod
     def from_value(cls, name: str, value: Any) -> Factor:
         if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(is_int(v) for v in value):
-            raise SpaceError(f"{name}: factor _value must be [product, parts] (two integers), got {value!r}")
+            raise SpaceError(f"{name}: factor _value must be [product, parts] (two integers), got {shown(value)}")
         product, parts = value
-        if product < 1:
-            raise SpaceError(f"{name}: factor product must be >= 1, got {product}")
-        if parts < 1:
-            raise SpaceError(f"{name}: factor parts must be >= 1, got {parts}")
+        if not 1 <= product <= MAX_PRODUCT:
+            raise SpaceError(f"{name}: factor product must be between 1 and {MAX_PRODUCT:,}, got {product}")
+        if not 1 <= parts <= MAX_PARTS:
+            raise SpaceError(f"{name}: factor parts must be between 1 and {MAX_PARTS}, got {parts}")
         return cls(name, product, parts)
 
     @property

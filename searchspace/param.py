@@ -9,6 +9,14 @@ from typing import Any, ClassVar
 
 MAX_ENUMERATION = 1_000_000
 """Largest number of values that `values()` will list; beyond it enumeration is refused as a likely mistake."""
+MAX_VALUES = 4096
+"""Most values a `choice` or `discrete` may list."""
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters: error messages quote what a user wrote, not megabytes of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class Parameter(ABC):

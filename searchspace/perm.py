@@ -7,7 +7,10 @@ import random
 from typing import Any
 
 from .errors import SpaceError
-from .param import Parameter, is_int
+from .param import Parameter, is_int, shown
+
+MAX_N = 10
+"""10! = 3,628,800 orderings, each encoded in n^2 numbers: far beyond any loop nest a template reorders."""
 
 
 class Perm(Parameter):
@@ -26,9 +29,9 @@ class Perm(Parameter):
     @classmethod
     def from_value(cls, name: str, value: Any) -> Perm:
         if not isinstance(value, list) or len(value) != 1 or not is_int(value[0]):
-            raise SpaceError(f"{name}: perm _value must be [n] with an integer n, got {value!r}")
-        if value[0] < 1:
-            raise SpaceError(f"{name}: perm n must be >= 1, got {value[0]}")
+            raise SpaceError(f"{name}: perm _value must be [n] with an integer n, got {shown(value)}")
+        if not 1 <= value[0] <= MAX_N:
+            raise SpaceError(f"{name}: perm n must be between 1 and {MAX_N}, got {value[0]}")
         return cls(name, value[0])
 
     @property

@@ -15,7 +15,7 @@ from .choice import Choice
 from .discrete import Discrete
 from .errors import SpaceError
 from .factor import Factor
-from .param import MAX_ENUMERATION, Parameter
+from .param import MAX_ENUMERATION, Parameter, shown
 from .perm import Perm
 
 TYPES: Mapping[str, type[Parameter]] = MappingProxyType(
@@ -23,6 +23,9 @@ TYPES: Mapping[str, type[Parameter]] = MappingProxyType(
 """The `_type` names this model understands, mapped to their classes."""
 
 Config = dict[str, Any]
+MAX_PARAMETERS = 64
+MAX_NAME_CHARS = 100
+MAX_FILE_BYTES = 1 << 20
 Move = tuple[str, tuple[int, ...]]
 """A parameter's name and one of its moves (`Parameter.moves`)."""
 
@@ -48,25 +51,42 @@ class SearchSpace:
         """Parse NNI search-space JSON (already decoded); `SpaceError` naming the parameter at fault."""
         if not isinstance(spec, Mapping):
             raise SpaceError(f"search space must be a JSON object, got {type(spec).__name__}")
+        if len(spec) > MAX_PARAMETERS:
+            raise SpaceError(f"search space has {len(spec)} parameters; the limit is {MAX_PARAMETERS}")
         params = []
         for name, entry in spec.items():
+            if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+                raise SpaceError(f"parameter names must be 1 to {MAX_NAME_CHARS} characters, got {str(name)[:40]!r}")
             if not isinstance(entry, Mapping):
-                raise SpaceError(f"{name}: expected an object with _type and _value, got {entry!r}")
+                raise SpaceError(f"{name}: expected an object with _type and _value, got {shown(entry)}")
             if "_type" not in entry:
                 raise SpaceError(f"{name}: missing _type")
             if "_value" not in entry:
                 raise SpaceError(f"{name}: missing _value")
             kind = TYPES.get(entry["_type"]) if isinstance(entry["_type"], str) else None
             if kind is None:
-                raise SpaceError(f"{name}: unknown _type {entry['_type']!r} (supported: {', '.join(sorted(TYPES))})")
+                raise SpaceError(f"{name}: unknown _type {shown(entry['_type'])} (supported: {', '.join(sorted(TYPES))})")
             params.append(kind.from_value(str(name), entry["_value"]))
         return cls(params)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SearchSpace:
-        """Read a search-space JSON file."""
-        with open(path, encoding="utf-8") as f:
-            return cls.from_json(json.load(f))
+        """Read a search-space JSON file; `SpaceError` naming the file if it is unreadable, too large or not JSON."""
+        try:
+            size = os.path.getsize(path)
+            if size > MAX_FILE_BYTES:
+                raise SpaceError(f"{path}: {size:,} bytes; a search-space file may have at most {MAX_FILE_BYTES:,}")
+            with open(path, encoding="utf-8") as f:
+                spec = json.load(f)
+        except OSError as err:
+            raise SpaceError(f"cannot read the search space {path}: {err.strerror or err}") from None
+        except UnicodeDecodeError as err:
+            raise SpaceError(f"{path} is not UTF-8 text: {err}") from None
+        except RecursionError:
+            raise SpaceError(f"{path} nests too deeply to be a search space") from None
+        except ValueError as err:
+            raise SpaceError(f"{path} is not valid JSON: {err}") from None
+        return cls.from_json(spec)
 
     def to_json(self) -> dict[str, Any]:
         """The NNI search-space JSON this space was built from."""

@@ -20,7 +20,6 @@ def test_help_explains_specs_and_nni_use():
     (["mm", "N512K1024"], "bad mm spec 'N512K1024'"),
     (["mm", "N8K8M8", "--params", "{K: 1}"], "--params is not valid JSON"),
     (["mm", "N8K8M8", "--params", "[1, 2]"], "--params must be a JSON object"),
-    (["mm", "N8K8M8", "--repeat", "2"], "--repeat must be at least 5"),
 ])
 def test_usage_errors_are_clear(args, message):
     p = trial(*args)

@@ -17,10 +17,12 @@ from typing import Any
 
 from .service import nnitrial
 from .measure import Options, measure
+from .inputs import InputError, load_json, number_type
 from .results import MeasureResult, Status
 from .target import KINDS
 from .workload import OPS, SpecError, Workload, parse
 
+MAX_PARAMS_CHARS = 64 * 1024
 EPILOG = """\
 specs (all numbers positive; layout letters are N or T for A then B, default PNN):
   mm    N<n>K<k>M<m>[P<layout>]            e.g. N512K1024M1024, N512K1024M1024PNT
@@ -45,11 +47,15 @@ def _parser() -> argparse.ArgumentParser:
                                     "else the hand-picked config)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"),
                    help="where to build and run (default: $OPEVO_TARGET or auto: CUDA, then ROCm, then CPU)")
-    p.add_argument("--build-timeout", type=float, default=120.0, help="seconds (default 120)")
-    p.add_argument("--run-timeout", type=float, default=60.0, help="seconds for verify + timing (default 60)")
-    p.add_argument("--repeat", type=int, default=5, help="timed repeats, at least 5 (default 5)")
-    p.add_argument("--min-repeat-ms", type=int, default=40, help="minimum length of a repeat (default 40)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and checked outputs")
+    p.add_argument("--build-timeout", type=number_type(float, 0.1, 3600), default=120.0,
+                   help="seconds, 0.1 to 3600 (default 120)")
+    p.add_argument("--run-timeout", type=number_type(float, 0.1, 3600), default=60.0,
+                   help="seconds for verify + timing, 0.1 to 3600 (default 60)")
+    p.add_argument("--repeat", type=number_type(int, 5, 1000), default=5, help="timed repeats, 5 to 1000 (default 5)")
+    p.add_argument("--min-repeat-ms", type=number_type(int, 0, 60000), default=40,
+                   help="minimum length of a repeat in ms, up to 60000 (default 40)")
+    p.add_argument("--seed", type=number_type(int, 0, 2**32 - 1), default=0,
+                   help="seed of the inputs and checked outputs (0 to 2^32-1)")
     p.add_argument("--tuner", help="name of the tuner that proposed the params, kept in the records")
     p.add_argument("--records", help="records store (default: $OPEVO_RECORDS or records/records.sqlite)")
     p.add_argument("--no-record", action="store_true", help="do not keep this measurement in the records")
@@ -61,9 +67,9 @@ def _params_arg(p: argparse.ArgumentParser, text: str | None) -> dict[str, Any] 
     if text is None:
         return None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        p.error(f"--params is not valid JSON: {err}")
+        value = load_json(text, "--params", max_chars=MAX_PARAMS_CHARS)
+    except InputError as err:
+        p.error(str(err))
     if not isinstance(value, dict):
         p.error(f"--params must be a JSON object of knob values, got {type(value).__name__}")
     return value
@@ -83,8 +89,6 @@ def _record(args: argparse.Namespace, wl: Workload, result: MeasureResult) -> No
 def main(argv: list[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
-    if args.repeat < 5:
-        p.error("--repeat must be at least 5")
     params = _params_arg(p, args.params)
     under_nni = params is None and nnitrial.under_nni()
     parameter_id = None

@@ -40,9 +40,16 @@ class Options:
 
 
 def _precheck(wl: Workload, params: dict[str, Any] | None, options: Options) -> MeasureResult | None:
-    """An `invalid` result if the knobs are bad for the device the service found here, else None."""
-    known = target.load(options.target)
-    if params is None or known is None:
+    """An `invalid` result if the workload does not fit in memory or the knobs are bad for the device the
+    service found here, else None (also where there is no such device: the service reports that)."""
+    try:
+        known = device(options.target)
+    except (TargetError, client.ServiceError):
+        return None
+    problem = check.memory_problem(wl, known)
+    if problem:
+        return MeasureResult(Status.INVALID, problem, params, target=known.label, device=known.device_name)
+    if params is None:
         return None
     template = templates.load(wl.op, options.template)
     params = from_twin(template.search_space(wl), params)

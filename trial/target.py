@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from .devicelock import lock_dir
 
 KINDS = ("auto", "cuda", "rocm", "llvm")
@@ -43,6 +45,8 @@ class Target:
     device_name: str
     num_devices: int
     limits: DeviceLimits | None
+    memory_bytes: int | None = None
+    """Global memory of one device (the host's memory for llvm); None where unknown."""
 
     @property
     def is_gpu(self) -> bool:
@@ -66,14 +70,15 @@ class Target:
     def describe(self) -> dict[str, Any]:
         """Plain JSON data; `from_description` makes the Target again."""
         return {"kind": self.kind, "target": self.target, "device_name": self.device_name,
-                "num_devices": self.num_devices, "limits": asdict(self.limits) if self.limits else None}
+                "num_devices": self.num_devices, "limits": asdict(self.limits) if self.limits else None,
+                "memory_bytes": self.memory_bytes}
 
     @classmethod
     def from_description(cls, d: dict[str, Any]) -> Target:
         limits = d["limits"]
         if limits:
             limits = DeviceLimits(**{**limits, "max_thread_dims": tuple(limits["max_thread_dims"])})
-        return cls(d["kind"], d["target"], d["device_name"], d["num_devices"], limits)
+        return cls(d["kind"], d["target"], d["device_name"], d["num_devices"], limits, d.get("memory_bytes"))
 
 
 def _count(make_device) -> int:
@@ -98,7 +103,7 @@ def _cuda() -> Target | None:
         return None
     dev = tvm.cuda(0)
     arch = "sm_" + dev.compute_version.replace(".", "")
-    return Target("cuda", {"kind": "cuda", "arch": arch}, dev.device_name, n, _gpu_limits(dev))
+    return Target("cuda", {"kind": "cuda", "arch": arch}, dev.device_name, n, _gpu_limits(dev), dev.total_global_memory)
 
 
 def _rocm() -> Target | None:
@@ -110,14 +115,14 @@ def _rocm() -> Target | None:
     dev = tvm.rocm(0)
     gcn = dev._GetDeviceAttr(dev.dlpack_device_type(), 0, 10)  # kGcnArch, e.g. 908 -> gfx908
     target = {"kind": "rocm", "mcpu": f"gfx{gcn}"} if gcn else {"kind": "rocm"}
-    return Target("rocm", target, dev.device_name or "AMD GPU", n, _gpu_limits(dev))
+    return Target("rocm", target, dev.device_name or "AMD GPU", n, _gpu_limits(dev), dev.total_global_memory)
 
 
 def _llvm() -> Target:
     import tvm
 
     cpu = tvm.target.codegen.llvm_get_system_cpu()
-    return Target("llvm", {"kind": "llvm", "mcpu": cpu}, f"cpu {cpu}", 1, None)
+    return Target("llvm", {"kind": "llvm", "mcpu": cpu}, f"cpu {cpu}", 1, None, psutil.virtual_memory().total)
 
 
 def resolve(kind: str = "auto") -> Target:

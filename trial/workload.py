@@ -1,6 +1,6 @@
 """Workload specs: the shape of one operator instance, parsed from names like `N512K1024M1024`.
 
-Grammar (all numbers are positive integers):
+Grammar (all numbers are positive integers of at most 9 ASCII digits; PD may be 0):
   mm    N<n>K<k>M<m>[P<layout>]            C[n, m] = sum_k A[n, k] * B[k, m]
   bmm   B<b>N<n>K<k>M<m>[P<layout>]        the same for each of b batches
   conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>   NCHW direct convolution, square image and kernel
@@ -8,16 +8,21 @@ Grammar (all numbers are positive integers):
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 OPS = ("mm", "bmm", "conv")
 
 _PATTERNS = {
-    "mm": re.compile(r"N(?P<N>\d+)K(?P<K>\d+)M(?P<M>\d+)(?:P(?P<layout>[NT]{2}))?"),
-    "bmm": re.compile(r"B(?P<B>\d+)N(?P<N>\d+)K(?P<K>\d+)M(?P<M>\d+)(?:P(?P<layout>[NT]{2}))?"),
-    "conv": re.compile(r"N(?P<N>\d+)C(?P<C>\d+)HW(?P<HW>\d+)F(?P<F>\d+)K(?P<K>\d+)ST(?P<ST>\d+)PD(?P<PD>\d+)"),
+    "mm": re.compile(r"N(?P<N>[0-9]+)K(?P<K>[0-9]+)M(?P<M>[0-9]+)(?:P(?P<layout>[NT]{2}))?"),
+    "bmm": re.compile(r"B(?P<B>[0-9]+)N(?P<N>[0-9]+)K(?P<K>[0-9]+)M(?P<M>[0-9]+)(?:P(?P<layout>[NT]{2}))?"),
+    "conv": re.compile(r"N(?P<N>[0-9]+)C(?P<C>[0-9]+)HW(?P<HW>[0-9]+)F(?P<F>[0-9]+)K(?P<K>[0-9]+)ST(?P<ST>[0-9]+)PD(?P<PD>[0-9]+)"),
 }
+MAX_DIGITS = 9
+MAX_SPEC_CHARS = 100
+MAX_ELEMENTS = 2**31 - 1
+"""Elements of any one tensor: the templates index buffers with 32-bit integers, as TVM does by default."""
 _EXAMPLES = {"mm": "N512K1024M1024PNT", "bmm": "B960N128K128M64PNN", "conv": "N512C3HW227F64K11ST4PD0"}
 
 
@@ -75,6 +80,12 @@ class Workload:
         return (a, b)
 
     @property
+    def buffer_bytes(self) -> int:
+        """Bytes of the inputs and the output together: what one measurement holds on the device."""
+        itemsize = 4 if self.dtype == "float32" else 2
+        return itemsize * sum(math.prod(shape) for shape in (*self.input_shapes, self.output_shape))
+
+    @property
     def flops(self) -> int:
         """Floating-point operations of one run (a multiply-add counts as two)."""
         d = self.dims
@@ -86,13 +97,19 @@ class Workload:
 def parse(op: str, spec: str) -> Workload:
     """Parse `spec` for operator `op`; raise SpecError that says what is wrong."""
     if op not in OPS:
-        raise SpecError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
+        raise SpecError(f"unknown op {str(op)[:20]!r}: expected one of {', '.join(OPS)}")
+    if not isinstance(spec, str) or len(spec) > MAX_SPEC_CHARS:
+        raise SpecError(f"bad {op} spec: expected a string of at most {MAX_SPEC_CHARS} characters like "
+                        f"{_EXAMPLES[op]}, got {str(spec)[:40]!r}{'...' if len(str(spec)) > 40 else ''}")
     m = _PATTERNS[op].fullmatch(spec)
     if m is None:
         raise SpecError(f"bad {op} spec {spec!r}: expected the form {_EXAMPLES[op]} "
                         f"(see `python -m trial --help` for the grammar)")
     groups = m.groupdict()
     layout = groups.pop("layout", None) or "NN"
+    long = [k for k, v in groups.items() if len(v) > MAX_DIGITS]
+    if long:
+        raise SpecError(f"bad {op} spec {spec!r}: {long[0]} has more than {MAX_DIGITS} digits")
     dims = {k: int(v) for k, v in groups.items()}
     allowed_zero = {"PD"}
     for k, v in dims.items():
@@ -103,6 +120,11 @@ def parse(op: str, spec: str) -> Workload:
         if dims["K"] > dims["HW"] + 2 * dims["PD"]:
             raise SpecError(f"bad conv spec {spec!r}: kernel {dims['K']} is larger than the padded "
                             f"image {dims['HW'] + 2 * dims['PD']}, so the output size would be <= 0")
+    names = ("the input", "the weights") if op == "conv" else ("A", "B")
+    for what, shape in zip((*names, "the output"), (*wl.input_shapes, wl.output_shape)):
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise SpecError(f"bad {op} spec {spec!r}: {what} would hold {'x'.join(map(str, shape))} = "
+                            f"{math.prod(shape):,} elements, more than the {MAX_ELEMENTS:,} a 32-bit index reaches")
     return wl
 
 

@@ -23,15 +23,16 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
+from searchspace.param import shown
 from trial.workload import SpecError, parse_name
 
 from .rules import TargetRules
 
 
-def positive_int(name: str, value: Any) -> int:
-    """`value` if it is a positive int (not a bool); else a ValueError naming the classArg `name`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def positive_int(name: str, value: Any, most: int = 1_000_000) -> int:
+    """`value` if it is an int (not a bool) in [1, most]; else a ValueError naming the classArg `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ValueError(f"{name} must be an integer from 1 to {most:,}, got {str(value)[:40]}")
     return value
 
 
@@ -42,7 +43,7 @@ def number_in(name: str, value: Any, low: float, high: float, *, open_low: bool 
           and (low < value if open_low else low <= value) and (value < high if open_high else value <= high))
     if not ok:
         interval = f"{'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
-        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+        raise ValueError(f"{name} must be a number in {interval}, got {str(value)[:40]}")
     return float(value)
 
 
@@ -62,21 +63,21 @@ class CommonArgs:
     def parse(cls, optimize_mode: Any = "maximize", seed: Any = None, warm_start: Any = False,
               workload: Any = None, device: Any = None, warm_size: Any = 8, target: Any = None) -> CommonArgs:
         if optimize_mode not in ("maximize", "minimize"):
-            raise ValueError(f"optimize_mode must be 'maximize' or 'minimize', got {optimize_mode!r}")
+            raise ValueError(f"optimize_mode must be 'maximize' or 'minimize', got {shown(optimize_mode)}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed must be an integer or null, got {seed!r}")
+            raise ValueError(f"seed must be an integer or null, got {shown(seed)}")
         if not isinstance(warm_start, bool):
-            raise ValueError(f"warm_start must be true or false, got {warm_start!r}")
+            raise ValueError(f"warm_start must be true or false, got {shown(warm_start)}")
         if (warm_start or target is not None) and workload is None:
             raise ValueError("workload (op/spec, e.g. mm/N512K1024M1024) is required "
                              f"{'when warm_start is true' if warm_start else 'with target'}")
         if device is not None and (not isinstance(device, str) or not device):
-            raise ValueError(f"device must be a device name as the records hold it, or null, got {device!r}")
+            raise ValueError(f"device must be a device name as the records hold it, or null, got {shown(device)}")
         key = None
         if workload is not None:
             try:
                 key = parse_name(workload).key
             except SpecError as err:
-                raise ValueError(f"workload must be op/spec, e.g. mm/N512K1024M1024, got {workload!r}: {err}") from None
+                raise ValueError(f"workload must be op/spec, e.g. mm/N512K1024M1024, got {shown(workload)}: {err}") from None
         return cls(optimize_mode == "maximize", seed, warm_start, key, device,
                    positive_int("warm_size", warm_size), None if target is None else TargetRules(workload, target))

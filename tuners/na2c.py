@@ -110,9 +110,9 @@ class NA2CTuner(SpaceTuner):
                  hidden_size: int = 64, lr: float = 0.01, epsilon: float = 0.1, seed: int | None = None,
                  **warm: Any) -> None:
         super().__init__(optimize_mode=optimize_mode, seed=seed, **warm)
-        self.n_states = positive_int("n_states", n_states)
+        self.n_states = positive_int("n_states", n_states, most=1024)
         self.n_steps = positive_int("n_steps", n_steps)
-        self.hidden_size = positive_int("hidden_size", hidden_size)
+        self.hidden_size = positive_int("hidden_size", hidden_size, most=4096)
         self.lr = number_in("lr", lr, 0, math.inf, open_low=True, open_high=True)
         self.epsilon = number_in("epsilon", epsilon, 0, 1)
         self._model_space: SearchSpace | None = None

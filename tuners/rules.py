@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from searchspace import SearchSpace
+from searchspace.param import shown
 from trial import templates
 from trial.archs import ARCHS, target_of
 from trial.constraints import KernelRules
@@ -25,19 +26,19 @@ class TargetRules:
         try:
             self.wl = parse_name(workload)
         except SpecError as err:
-            raise ValueError(f"workload must be op/spec, e.g. mm/N512K1024M1024, got {workload!r}: {err}") from None
+            raise ValueError(f"workload must be op/spec, e.g. mm/N512K1024M1024, got {shown(workload)}: {err}") from None
         if isinstance(target, dict):
             try:
                 self._target: Target | None = Target.from_description(target)
             except (KeyError, TypeError, ValueError) as err:
-                raise ValueError(f"target is not a device description ({err!r}): {target!r}") from None
+                raise ValueError(f"target is not a device description ({err!r}): {shown(target)}") from None
         elif target == "auto":
             self._target = None
         elif target in ARCHS:
             self._target = target_of(target)
         else:
             raise ValueError(f"target must be 'auto', one of {', '.join(ARCHS)} or a device description, "
-                             f"got {target!r}")
+                             f"got {shown(target)}")
 
     @property
     def target(self) -> Target:

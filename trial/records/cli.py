@@ -13,11 +13,12 @@ import os
 import sys
 from pathlib import Path
 
+from ..inputs import number_type
 from ..measure import this_device
 from ..workload import SpecError, parse_name
 from .export import ExportError, export
 from .nni_import import import_experiment
-from .store import Record, Records, fits_template
+from .store import Record, Records, RecordsError, fits_template
 
 
 def _table(records: list[Record]) -> str:
@@ -37,13 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     best = sub.add_parser("best", help="the best verified configs of a workload")
     best.add_argument("workload", help="op/spec, e.g. mm/N512K1024M1024")
     best.add_argument("--device", help=device_help)
-    best.add_argument("-n", type=int, default=1, help="how many distinct configs")
+    best.add_argument("-n", type=number_type(int, 1, 10000), default=1, help="how many distinct configs")
     best.add_argument("--json", action="store_true", help="print JSON records")
     listing = sub.add_parser("list", help="recent measurements")
     listing.add_argument("--workload")
     listing.add_argument("--device")
     listing.add_argument("--status")
-    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--limit", type=number_type(int, 1, 1_000_000), default=20)
     exporting = sub.add_parser("export", help="library, source, knobs and report of the best kernel")
     exporting.add_argument("workload")
     exporting.add_argument("--out", type=Path, help="folder (default: exports/<op>/<spec>)")
@@ -61,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         wl = parse_name(args.workload) if args.workload else None
     except SpecError as err:
         p.error(str(err))
-    store = Records(args.records)
+    try:
+        store = Records(args.records)
+    except RecordsError as err:
+        p.error(str(err))
 
     if args.command == "import":
         folder = Path(args.experiment)

@@ -76,14 +76,21 @@ def params_key(params: dict[str, Any] | None) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
+class RecordsError(sqlite3.Error):
+    """A records store that cannot be opened or created; the message names its path."""
+
+
 class Records:
     """The store at `path` (default: $OPEVO_RECORDS or records/records.sqlite)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.executescript(_SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as err:
+            raise RecordsError(f"records store {self.path}: {getattr(err, 'strerror', None) or err}") from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
