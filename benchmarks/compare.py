@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--breakdown", action="store_true", help="print where the time of a trial goes")
     p.add_argument("--nnictl", action="store_true",
                    help="also run each driver tuner once through nnictl (one seed) for NNI's overhead")
-    p.add_argument("--port", type=number_type(int, 1024, 65535), default=8080, help="web UI port of the --nnictl experiments")
+    p.add_argument("--port", type=number_type(int, 1, 65535), default=8080, help="web UI port of the --nnictl experiments")
     args = p.parse_args(argv)
     try:
         wl = parse_name(args.workload)

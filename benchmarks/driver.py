@@ -24,24 +24,21 @@ parameters go to `measure` as they are and the trial decodes them (`from_twin`),
 from __future__ import annotations
 
 import importlib
-import itertools
-import json
 import random
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import nni
 import numpy as np
 from nni.algorithms.hpo.evolution_tuner import EvolutionTuner
 from nni.tuner import Tuner
 
 from experiments import registry
+from experiments.dispatcher import Dispatcher
 from searchspace import ConstrainedSpace, SearchSpace, twin_space
 from trial import templates
 from trial.constraints import KernelRules
@@ -150,39 +147,15 @@ def drive(tuner: Tuner, search_space: dict[str, Any], trials: int, workers: int,
         raise ValueError(f"trials and workers must be positive, got {trials} and {workers}")
     run = Run(tuner=type(tuner).__name__, seed=-1, workers=workers)
     start = time.perf_counter()
-    ids = itertools.count()
-    proposed: dict[int, Any] = {}  # NNI's _trial_params
-    waiting: deque[int] = deque()  # the manager's waitingTrials
+    nni_side = Dispatcher(tuner)
     running: dict[Future, int] = {}
     submitted = 0
-
-    def call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            run.tuner_s += time.perf_counter() - began
-
-    def new_trial_job(parameter_id: int, params: Any) -> None:
-        proposed[parameter_id] = params
-        waiting.append(parameter_id)
-
-    def request(count: int) -> None:
-        batch = [next(ids) for _ in range(count)]
-        try:
-            answered = call(tuner.generate_multiple_parameters, batch, st_callback=new_trial_job)
-        except nni.NoMoreTrialError:
-            answered = []
-        for parameter_id, params in zip(batch, answered):
-            new_trial_job(parameter_id, params)
-
-    call(tuner.update_search_space, search_space)
-    request(workers)
+    nni_side.start(search_space)
+    nni_side.request(workers)
     with ThreadPoolExecutor(workers, thread_name_prefix="trial") as pool:
         while True:
-            while waiting and len(running) < workers and submitted < trials:
-                parameter_id = waiting.popleft()
-                params = json.loads(json.dumps(proposed[parameter_id]))
+            while len(running) < workers and submitted < trials and (job := nni_side.next_job()):
+                parameter_id, params = job
                 running[pool.submit(_timed, evaluate, params)] = parameter_id
                 submitted += 1
             if not running:
@@ -191,16 +164,14 @@ def drive(tuner: Tuner, search_space: dict[str, Any], trials: int, workers: int,
             for future in sorted(done, key=running.__getitem__):
                 parameter_id = running.pop(future)
                 result, seconds = future.result()
-                report = json.loads(json.dumps(result.report(parameter_id)))
-                call(tuner.receive_trial_result, parameter_id, proposed[parameter_id], report,
-                     customized=False, trial_job_id=str(parameter_id))
-                call(tuner.trial_end, parameter_id, True)
+                nni_side.finish(parameter_id, result.report(parameter_id))
                 trial = Trial(len(run.trials) + 1, parameter_id, result, time.perf_counter() - start, seconds)
                 run.trials.append(trial)
                 if on_trial:
                     on_trial(trial)
             if submitted < trials:
-                request(len(done))
+                nni_side.request(len(done))
+    run.tuner_s = nni_side.tuner_s
     run.wall_s = time.perf_counter() - start
     run.ended = "budget" if submitted >= trials else "no more trials"
     return run

@@ -134,7 +134,7 @@ def tuned_before(config: Path) -> Record | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.tune", description=__doc__.split("\n\n")[0])
     p.add_argument("config", type=Path, help="an experiment config, e.g. experiments/mm/N512K1024M1024/config_opevo.yml")
-    p.add_argument("--port", type=number_type(int, 1024, 65535), default=8080, help="web UI port (default 8080)")
+    p.add_argument("--port", type=number_type(int, 1, 65535), default=8080, help="web UI port (default 8080)")
     p.add_argument("--timeout", type=number_type(float, 1, 30 * 24 * 3600), default=24 * 3600,
                    help="stop following after this many seconds")
     p.add_argument("--stop", action="store_true", help="stop the experiment when it is done")

@@ -102,7 +102,7 @@ def test_trial_usage_errors_name_the_input(args: list[str], message: str) -> Non
     ("experiments.write", ["mm", "N8K8M8", "--concurrency", "0"], "argument --concurrency: must be between 1"),
     ("experiments.write", ["mm", "N8K8M8", "--arch", "sm_1"], "argument --arch: invalid choice"),
     ("benchmarks.compare", ["mm/N8K8M8", "--trials", "-5"], "argument --trials: must be between 1"),
-    ("benchmarks.compare", ["mm/N8K8M8", "--port", "80"], "argument --port: must be between 1,024"),
+    ("benchmarks.compare", ["mm/N8K8M8", "--port", "70000"], "argument --port: must be between 1 and 65,535"),
     ("experiments.tune", ["nowhere.yml"], "no experiment config at nowhere.yml"),
     ("trial.records", ["best", "mm/N8K8M8", "-n", "0"], "argument -n: must be between 1"),
 ])

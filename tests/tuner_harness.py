@@ -15,6 +15,7 @@ from typing import Any
 import nni
 import pytest
 
+from experiments.dispatcher import Dispatcher
 from tuners.base import CHECKPOINT_ENV, RequestQueued, SpaceTuner
 from tuners.state import parse_metric
 from searchspace import Config, SearchSpace
@@ -97,15 +98,15 @@ def assert_plain_json(value: Any) -> None:
 
 
 class FakeNNI:
-    """Plays NNI 3.0's dispatcher and manager: fresh ids, st_callback, one request per finished trial."""
+    """NNI 3.0 around a tuner (`experiments.dispatcher`), its trials finishing one at a time, in order or shuffled."""
 
     def __init__(self, tuner: SpaceTuner, objective: Callable[[Config], Any], concurrency: int = 4,
                  order_seed: int | None = None) -> None:
         self.tuner = tuner
+        self.nni = Dispatcher(tuner, on_job=self.callback)
         self.objective = objective
         self.concurrency = concurrency
         self.order = random.Random(order_seed) if order_seed is not None else None
-        self.next_id = 0
         self.running: dict[int, Config] = {}
         self.index: dict[int, int] = {}
         self.proposed: list[Config] = []
@@ -123,11 +124,8 @@ class FakeNNI:
         self.outcomes.append(None)
 
     def request(self, n: int) -> None:
-        ids = list(range(self.next_id, self.next_id + n))
-        self.next_id += n
-        answered = self.tuner.generate_multiple_parameters(ids, st_callback=self.callback)
-        for pid, params in zip(ids, answered):
-            self.callback(pid, params)
+        answered = self.nni.request(n)
+        self.nni.waiting.clear()  # every job starts at once: `running` holds them
         if not answered and not self.running:
             self.exhausted = True
 
@@ -136,13 +134,11 @@ class FakeNNI:
         pid = self.order.choice(ids) if self.order else ids[0]
         params = self.running.pop(pid)
         value = self.objective(params)
-        if value is not None:
-            self.tuner.receive_trial_result(pid, params, value)
-            metric = parse_metric(value)
-            self.outcomes[self.index[pid]] = metric
-            if metric is not None:
-                self.values.append(metric)
-        self.tuner.trial_end(pid, value is not None)
+        self.nni.finish(pid, value, success=value is not None)
+        metric = parse_metric(value) if value is not None else None
+        self.outcomes[self.index[pid]] = metric
+        if metric is not None:
+            self.values.append(metric)
 
     def run(self, budget: int) -> FakeNNI:
         self.request(self.concurrency)
