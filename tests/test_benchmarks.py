@@ -10,7 +10,7 @@ import yaml
 from nni.tuner import Tuner
 from nni_experiment import free_port
 
-from benchmarks import compare, driver, experiments, gpucheck, plots, vendor
+from benchmarks import compare, driver, experiments, gpucheck, plots, proposals, vendor
 from experiments import registry, write
 from trial import templates
 from trial.results import STAGES, STATUSES, MeasureResult
@@ -255,3 +255,11 @@ def test_gpucheck_runs_end_to_end_on_the_cpu_when_asked(tmp_path, capsys):
 def test_gpucheck_says_so_where_there_is_no_gpu(capsys):
     assert gpucheck.main([]) == 2
     assert "no GPU here" in capsys.readouterr().err
+
+
+def test_proposals_benchmark_prints_rate_and_valid_share(capsys):
+    proposals.main(["mm/N1000K197M49", "--arch", "sm_80", "--tuners", "opevo", "gbfs", "--trials", "40"])
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [(r[0].lstrip("| "), r[1], r[2]) for r in rows] == [("mm/N1000K197M49", "opevo", "40"),
+                                                             ("mm/N1000K197M49", "gbfs", "40")]
+    assert all(float(r[4].replace(",", "")) > 0 and r[5] == "100.0 % |" for r in rows)

@@ -121,6 +121,8 @@ def test_the_service_exits_when_idle_and_takes_its_workers(private_service, monk
     service = psutil.Process(running["pid"])
     service.wait(30)
     assert status() is None
+    log = client.address().log.read_text()
+    assert "stopped after serving {'ok': 1}" in log and "Traceback" not in log, log
     for pid in running["workers"].values():
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert measure(WL, None, FAST).status == "ok"  # the next measurement starts a new one

@@ -140,6 +140,22 @@ def test_gpu_schedules_lower_to_cuda_with_the_estimated_shared_memory(op, spec):
         built += 1
 
 
+@pytest.mark.parametrize("op,spec,change", [
+    ("conv", "N512C3HW227F64K11ST4PD0", {"tile_f": [64, 1, 1, 1], "tile_y": [1, 5, 11, 1], "tile_x": [55, 1, 1, 1],
+                                          "tile_rc": [3, 1], "tile_ry": [11, 1], "tile_rx": [11, 1]}),
+    ("mm", "N64K64M64", {"K": [1, 64, 1, 1], "X": [64, 1, 1, 1], "Y": [64, 1, 1, 1], "vec": 1}),
+])
+def test_one_element_shared_tiles_build(op, spec, change):
+    """A block whose shared tile of an operand is one element (a compile error seen on an H100: the copy
+    had no loop left to spread over the threads) builds and keeps its estimated shared memory."""
+    wl = parse(op, spec)
+    template = templates.load(op)
+    params = {**template.default_params(wl, True), **change}
+    check.check(wl, template, params, GPU)
+    source = build.build(wl, template, params, GPU).mod.imports[0].inspect_source()
+    assert declared_shared_bytes(source) == template.resources(wl, params)["shared_bytes"], params
+
+
 @pytest.mark.parametrize("template,options,status,reason", [
     ("Hang", {"run_timeout_s": 4}, "timeout", "kernel run exceeded 4 s"),
     ("SlowBuild", {"build_timeout_s": 4}, "timeout", "build exceeded 4 s"),

@@ -245,10 +245,15 @@ def serve(socket: str, key_file: Path, workdir: Path, idle_s: float, build_worke
     try:
         service.serve(listener, socket, key)
     finally:
+        # Listener.close() would remove the socket path, even where a successor now serves on it (and
+        # raise where it is gone): the path is removed below, and only while it is ours.
+        unlink = getattr(getattr(listener, "_listener", None), "_unlink", None)  # CPython's finalizer
+        if unlink is not None:
+            unlink.cancel()
+        listener.close()
         if key_file.exists() and key_file.read_bytes() == key:  # ours, not a successor's
             key_file.unlink(missing_ok=True)
             Path(socket).unlink(missing_ok=True)
-        listener.close()
         service.shutdown()
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} measuring service {os.getpid()} stopped after serving "
               f"{dict(service.served)}", flush=True)

@@ -39,7 +39,10 @@ def cooperative_fetch(sch: s_tir.Schedule, block, depth: int, threads: list[tupl
     Consecutive threads take consecutive elements of the copied tile, `vec` elements at a time,
     so global loads coalesce and can use vector instructions.
     """
-    fused = sch.fuse(*sch.get_loops(block)[depth:])
+    loops = sch.get_loops(block)[depth:]
+    if not loops:  # a one-element tile: compute_at left the copy no loop of its own
+        loops = [sch.add_unit_loop(block)]
+    fused = sch.fuse(*loops)
     factors = [None] + [n for _, n in threads] + ([vec] if vec > 1 else [])
     parts = sch.split(fused, factors)
     for loop, (axis, _) in zip(parts[1:], threads):
