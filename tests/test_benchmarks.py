@@ -262,4 +262,4 @@ def test_proposals_benchmark_prints_rate_and_valid_share(capsys):
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
     assert [(r[0].lstrip("| "), r[1], r[2]) for r in rows] == [("mm/N1000K197M49", "opevo", "40"),
                                                              ("mm/N1000K197M49", "gbfs", "40")]
-    assert all(float(r[4].replace(",", "")) > 0 and r[5] == "100.0 % |" for r in rows)
+    assert all(float(r[3].replace(",", "")) > 0 and r[4] == "100.0 % |" for r in rows)
