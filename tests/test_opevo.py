@@ -89,10 +89,21 @@ def test_parents_are_the_fittest_in_either_mode(mode: str) -> None:
     assert [c for c, _ in tuner.parents()] == [params[values.index(v)] for v in expected]
 
 
-def test_selection_weights_follow_fitness() -> None:
-    assert make_tuner(optimize_mode="maximize")._weights([8.0, 2.0]) == [8.0, 2.0]
-    assert make_tuner(optimize_mode="minimize")._weights([0.5, 2.0]) == [2.0, 0.5]
-    assert make_tuner(optimize_mode="minimize")._weights([-3.0, 1.0, 4.0]) == [3.0, 2.0, 1.0]
+def test_selection_weights_follow_rank_or_fitness() -> None:
+    assert make_tuner(optimize_mode="maximize")._weights([30.0, 29.0, 28.0]) == [3.0, 2.0, 1.0]
+    assert make_tuner(optimize_mode="minimize")._weights([0.5, 2.0]) == [2.0, 1.0]
+    fitness = {"selection": "fitness"}
+    assert make_tuner(optimize_mode="maximize", **fitness)._weights([8.0, 2.0]) == [8.0, 2.0]
+    assert make_tuner(optimize_mode="minimize", **fitness)._weights([0.5, 2.0]) == [2.0, 0.5]
+    assert make_tuner(optimize_mode="minimize", **fitness)._weights([-3.0, 1.0, 4.0]) == [3.0, 2.0, 1.0]
+
+
+def test_rank_selection_prefers_the_fittest() -> None:
+    # Parents within a few per cent of each other: by rank the best is drawn 8x as often as the 8th.
+    tuner = make_tuner(parents_size=8, seed=4)
+    weights = tuner._weights([30.0 - i * 0.1 for i in range(8)])
+    draws = [tuner.rng.choices(range(8), weights)[0] for _ in range(4000)]
+    assert draws.count(0) > 5 * draws.count(7)
 
 
 def test_offspring_come_from_parents() -> None:
@@ -157,6 +168,7 @@ def test_warm_start_configs_become_the_first_parents(tmp_path, monkeypatch: pyte
     ({"mutate_rate": 1.0}, "mutate_rate"),
     ({"mutate_rate": -0.1}, "mutate_rate"),
     ({"mutate_rate": "0.5"}, "mutate_rate"),
+    ({"selection": "tournament"}, "selection"),
     ({"seed": "7"}, "seed"),
     *sc.BAD_WARM_ARGS,
 ])
