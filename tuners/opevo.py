@@ -1,9 +1,9 @@
 """OpEvo (Gao et al., "OpEvo: An Evolutionary Method for Tensor Operator Optimization", arXiv 2006.05664).
 
 Every measured configuration stays in the population. An offspring takes each parameter from a parent
-drawn from the `parents_size` fittest measurements, then
-moves each parameter by a q-random walk on that parameter's neighbour graph (a factorisation shifts one
-prime factor, a discrete value steps to an adjacent one, ...), so mutations prefer nearby tile shapes.
+drawn (see `selection`) from the `parents_size` fittest measurements, then moves each parameter by a
+q-random walk on that parameter's neighbour graph (a factorisation shifts one prime factor, a discrete
+value steps to an adjacent one, ...), so mutations prefer nearby tile shapes.
 
 Deviation from the paper, which samples the first λ individuals uniformly: breeding starts with the
 first success, the parents being all successes while there are fewer than λ (so with one, offspring are
@@ -91,7 +91,7 @@ class OpEvoTuner(SpaceTuner):
         return self.nearest_unseen(child)
 
     def _breed(self, parents: list[Config], weights: list[float]) -> Config:
-        """Each parameter comes from a parent drawn in proportion to fitness, then takes a q-random walk."""
+        """Each parameter comes from a parent drawn by `weights`, then takes a q-random walk."""
         assert self.space is not None
         child = {}
         for name, param in self.space.params.items():
