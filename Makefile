@@ -11,7 +11,7 @@ RETUNE ?=
 EXPERIMENT = experiments/$(OP)/$(SPEC)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser test tune experiment trial gpu-check clean cuda-env rocm-env
+.PHONY: help install test-debs test tune experiment trial gpu-check clean cuda-env rocm-env
 
 # Docker environments. The image installs the suite with `make install VENV=/opt/venv` (the install
 # CI runs) into a venv outside the repository, which is mounted at CONTAINER_REPO, where the image's
@@ -46,18 +46,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
-# tests/test_webui.py looks at the NNI web UI in Debian's chromium (playwright drives it and never
-# downloads a browser of its own); apt-get installs it, as root or through passwordless sudo.
-CHROMIUM := /usr/bin/chromium
-browser:  ## install Debian's chromium for the web UI test, if it is missing
-	@test -x $(CHROMIUM) || { \
-	  command -v apt-get >/dev/null || { echo "make test: the web UI test needs $(CHROMIUM) (Debian's chromium) and this machine has no apt-get; install chromium there" >&2; exit 1; }; \
+# Debian packages the tests drive: chromium (tests/test_webui.py looks at the NNI web UI in it; playwright
+# never downloads a browser of its own) and openssh-server (tests/test_remote.py runs NNI's remote training
+# service against an sshd on 127.0.0.1). apt-get installs what is missing, as root or through passwordless sudo.
+TEST_DEBS := /usr/bin/chromium:chromium /usr/sbin/sshd:openssh-server
+test-debs:  ## install Debian's chromium and openssh-server for the tests, where missing
+	@missing=""; for pair in $(TEST_DEBS); do test -x $${pair%%:*} || missing="$$missing $${pair##*:}"; done; \
+	test -z "$$missing" || { \
+	  command -v apt-get >/dev/null || { echo "make test: the tests need$$missing (Debian packages) and this machine has no apt-get; install them there" >&2; exit 1; }; \
 	  if [ "$$(id -u)" -eq 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
-	  else echo "make test: the web UI test needs $(CHROMIUM); not root and sudo asks for a password, so run 'sudo apt-get install chromium' once" >&2; exit 1; fi; \
-	  echo "installing chromium for the web UI test (apt-get)"; \
-	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+	  else echo "make test: the tests need$$missing; not root and sudo asks for a password, so run 'sudo apt-get install$$missing' once" >&2; exit 1; fi; \
+	  echo "installing$$missing for the tests (apt-get)"; \
+	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }
 
-test: install browser  ## run the test suite (CPU only); installs chromium for the web UI test if missing
+test: install test-debs  ## run the test suite (CPU only); installs chromium and openssh-server for it if missing
 	$(BIN)/python -m pytest tests
 
 tune: install  ## tune OP/SPEC with TUNER (default mm N512K1024M1024, opevo) on the best target; web UI on PORT; RETUNE=1 to tune a recorded workload again

@@ -10,7 +10,8 @@ never overlaps, by the device lock, but they share the CPUs, so wall times grow)
 seeds 0..S-1, where S is --seeds, or N for a tuner given as `name:N`.  OUT gets trials.csv (one row
 per trial, written as runs finish), runs.json, convergence.png and summary.md, and the table is
 printed.  Where PyTorch and a CUDA device are present, the vendor library (cuBLAS/cuDNN FP32, TF32
-off) is timed in the same run for the plot and the ratios.  --breakdown prints where the time of a
+off) is timed in the same run for the plot and the ratios (not with --runner rpc://..., whose device is
+elsewhere).  --breakdown prints where the time of a
 trial goes; --nnictl also runs each driver tuner once through `nnictl create` with the same budget,
 for NNI's own overhead.
 """
@@ -35,6 +36,7 @@ import numpy as np
 from experiments import registry
 from trial.inputs import number_type
 from trial.measure import Options
+from trial.remote import LOCAL, add_runner_argument
 from trial.results import STAGES
 from trial.records import Records, RecordsError
 from trial.target import KINDS
@@ -202,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=number_type(int, 1, 256), default=1,
                    help="runs at a time (default 1: each run alone, for wall times and rates)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))
+    add_runner_argument(p)
     p.add_argument("--repeat", type=number_type(int, 5, 1000), default=Options.repeat, help="timed repeats per trial (default 5)")
     p.add_argument("--min-repeat-ms", type=number_type(int, 1, 60000), default=Options.min_repeat_ms,
                    help="minimum length of a repeat (default 40, as the trial's)")
@@ -220,15 +223,20 @@ def main(argv: list[str] | None = None) -> int:
         runs_plan = plan(args.tuners, args.seeds)
     except (SpecError, ValueError) as err:
         p.error(str(err))
+    if args.runner != LOCAL and (any(t == "metaschedule" for t, _ in runs_plan) or args.nnictl):
+        p.error("--runner rpc://... measures the suite's and NNI's tuners through the driver; MetaSchedule and "
+                "--nnictl run on this machine's device (leave them out, or use the local runner)")
     logging.getLogger("nni").setLevel(logging.WARNING)
     out = args.out or Path("results") / wl.op / wl.spec / time.strftime("%Y%m%d-%H%M%S")
     try:
         records = None if args.no_record else Records(args.records)
     except RecordsError as err:
         p.error(str(err))
-    options = Options(target=args.target, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+    options = Options(target=args.target, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, runner=args.runner)
+    # the vendor library runs here, so it is no baseline for a remote device
+    vendor = not args.no_vendor and args.runner == LOCAL
     *_, text = compare(wl, runs_plan, args.trials, out, args.workers, options, records, not args.no_progress,
-                       not args.no_vendor, args.parallel, args.breakdown, args.port if args.nnictl else None)
+                       vendor, args.parallel, args.breakdown, args.port if args.nnictl else None)
     print(text)
     print(f"wrote {out / 'trials.csv'}, {out / 'convergence.png'}, {out / 'summary.md'}, {out / 'runs.json'}",
           file=sys.stderr)

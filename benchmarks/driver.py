@@ -207,7 +207,7 @@ def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = registr
     `measure(wl, params, options)` (tests).
     """
     template = templates.load(wl.op, options.template)
-    target = None if options.template else device(options.target)
+    target = None if options.template else device(options.target, options.runner)
     instance, twin = make_tuner(tuner, seed, wl, target)
     native = template.search_space(wl)
     allowed = None if target is None else ConstrainedSpace.of(

@@ -24,7 +24,8 @@ from trial.command import trial_command
 from trial.constraints import KernelRules
 from trial.inputs import number_type
 from trial.measure import device
-from trial.target import Target
+from trial.remote import LOCAL, add_runner_argument
+from trial.target import Target, TargetError
 from trial.workload import SpecError, Workload, parse
 
 from .registry import BUILTIN_TUNERS, CONCURRENCY, MAX_TRIALS, TUNERS
@@ -39,12 +40,12 @@ def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
 
 def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
            concurrency: int = CONCURRENCY, warm_start: bool = True,
-           target: str | dict[str, Any] = "auto") -> dict[str, Any]:
+           target: str | dict[str, Any] = "auto", runner: str = LOCAL) -> dict[str, Any]:
     """The NNI v2 config of `tuner` for `wl`, with paths relative to the folder `out`.
 
     `warm_start` and `target` are the suite tuners' classArgs (NNI's built-ins take none): warm start
     False starts them cold, independent of the records (benchmarks); `target` is the device whose rules
-    every proposal keeps (see tuners/rules.py).
+    every proposal keeps (see tuners/rules.py).  `runner` goes into the trialCommand (trial/remote.py).
     """
     code = os.path.relpath(ROOT, out)
     builtin = tuner in BUILTIN_TUNERS
@@ -56,7 +57,7 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",
         "searchSpaceFile": "search_space_twin.json" if builtin else "search_space.json",
-        "trialCommand": trial_command(wl, tuner),
+        "trialCommand": trial_command(wl, tuner, runner),
         "trialCodeDirectory": code,
         "trialConcurrency": concurrency,
         "maxTrialNumber": max_trials,
@@ -65,10 +66,10 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
     }
 
 
-def _target(arch: str | None) -> tuple[str | dict[str, Any], Target | None]:
+def _target(arch: str | None, runner: str) -> tuple[str | dict[str, Any], Target | None]:
     """The `target` classArg for `arch`, and the device it stands for where that is known now."""
     if arch is None:
-        here = device(os.environ.get("OPEVO_TARGET", "auto"))
+        here = device(os.environ.get("OPEVO_TARGET", "auto"), runner)
         return here.describe(), here
     if arch == "auto":
         return "auto", None
@@ -76,17 +77,20 @@ def _target(arch: str | None) -> tuple[str | dict[str, Any], Target | None]:
 
 
 def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
-          concurrency: int = CONCURRENCY, warm_start: bool = True, arch: str | None = None) -> Path:
+          concurrency: int = CONCURRENCY, warm_start: bool = True, arch: str | None = None,
+          runner: str = LOCAL) -> Path:
     """Write the experiment folder of `wl` under `root`; returns the folder.
 
     `warm_start`: whether the suite tuners' configs warm-start from the records (see `config`).
     `arch`: the device whose rules the search keeps: None, the device trials use here (its limits are
     recorded); "auto", whichever device runs the experiment (the tuner asks when it starts); or an
-    architecture of trial/archs.py, e.g. "sm_90", for a GPU that is not here.  NNI's built-in tuners
+    architecture of trial/archs.py, e.g. "sm_90", for a GPU that is not here.  `runner`: where the
+    trials measure (trial/remote.py), written into the trialCommand; with `arch` None, its device gives the
+    limits.  NNI's built-in tuners
     get a twin space that offers only the values the device's rules leave possible, as far as NNI's
     types can say it (not with "auto").
     """
-    target, known = _target(arch)
+    target, known = _target(arch, runner)
     out = folder(wl, root)
     out.mkdir(parents=True, exist_ok=True)
     template = templates.load(wl.op)
@@ -97,9 +101,10 @@ def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
         lines = [f"  {json.dumps(key)}: {json.dumps(knob)}" for key, knob in content.items()]
         (out / name).write_text("{\n" + ",\n".join(lines) + "\n}\n")
     for tuner in [*TUNERS, *BUILTIN_TUNERS]:
-        text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency, warm_start, target), sort_keys=False)
+        text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency, warm_start, target, runner),
+                              sort_keys=False)
         header = (f"# Written by `python -m experiments.write {wl.op} {wl.spec}"
-                  f"{'' if arch is None else ' --arch ' + arch}`.\n")
+                  f"{'' if arch is None else ' --arch ' + arch}{'' if runner == LOCAL else ' --runner ' + runner}`.\n")
         (out / f"config_{tuner}.yml").write_text(header + text)
     return out
 
@@ -114,12 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", choices=["auto", *ARCHS],
                    help="the device whose limits the search keeps: an architecture, e.g. sm_90, for a GPU that is "
                         "not here, or auto for whichever runs the experiment (default: the device trials use here)")
+    add_runner_argument(p)
     args = p.parse_args(argv)
     try:
         wl = parse(args.op, args.spec)
     except SpecError as err:
         p.error(str(err))
-    print(write(wl, args.root.resolve(), args.max_trials, args.concurrency, arch=args.arch))
+    try:
+        print(write(wl, args.root.resolve(), args.max_trials, args.concurrency, arch=args.arch, runner=args.runner))
+    except TargetError as err:
+        p.error(str(err))
     return 0
 
 

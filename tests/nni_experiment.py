@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from experiments import tune, write
+from trial.remote import LOCAL
 from trial.workload import parse_name
 
 
@@ -18,14 +19,14 @@ def free_port() -> int:
 
 
 def write_config(tmp_path: Path, workload: str, tuner: str, trials: int, concurrency: int = 2,
-                 seed: int | None = None, warm_start: bool = False) -> Path:
+                 seed: int | None = None, warm_start: bool = False, runner: str = LOCAL) -> Path:
     """The generated config of `tuner` for `workload`, with NNI's files kept under tmp_path/nni.
 
     Warm start from the records store (the suite's tuners) is off unless asked for, so an experiment
     runs its own search.
     """
     folder = write.write(parse_name(workload), tmp_path / "experiments", max_trials=trials,
-                         concurrency=concurrency, warm_start=warm_start)
+                         concurrency=concurrency, warm_start=warm_start, runner=runner)
     path = folder / f"config_{tuner}.yml"
     config = yaml.safe_load(path.read_text())
     config["experimentWorkingDirectory"] = str(tmp_path / "nni")

@@ -26,7 +26,7 @@ def chromium() -> Path:
     """A missing browser fails the test (it would otherwise go untested in CI), with the fix in the message."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: the web UI test needs Debian's chromium "
-                    "(`make browser` or `make test` installs it with apt-get)", pytrace=False)
+                    "(`make test-debs` or `make test` installs it with apt-get)", pytrace=False)
     return CHROMIUM
 
 

@@ -19,6 +19,7 @@ from .service import nnitrial
 from .measure import Options, measure
 from .inputs import InputError, load_json, number_type
 from .results import MeasureResult, Status
+from .remote import add_runner_argument
 from .target import KINDS
 from .workload import OPS, SpecError, Workload, parse
 
@@ -31,6 +32,7 @@ specs (all numbers positive; layout letters are N or T for A then B, default PNN
 
 by hand:   python -m trial mm N512K1024M1024 --params '{"K": [128, 8, 1], "X": [4, 2, 16, 4], ...}'
 under NNI: trialCommand: python -m trial mm N512K1024M1024   (knobs from the tuner)
+remote:    python -m trial mm N512K1024M1024 --runner rpc://127.0.0.1:9190/h100   (TVM RPC tracker and key)
 
 The result is {"default": gflops, "gflops", "latency_ms", "latency_std_ms", "build_s", "status",
 "reason", "target", "device", "params", "parameter_id"}; status is one of ok, invalid,
@@ -47,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "else the hand-picked config)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"),
                    help="where to build and run (default: $OPEVO_TARGET or auto: CUDA, then ROCm, then CPU)")
+    add_runner_argument(p)
     p.add_argument("--build-timeout", type=number_type(float, 0.1, 3600), default=120.0,
                    help="seconds, 0.1 to 3600 (default 120)")
     p.add_argument("--run-timeout", type=number_type(float, 0.1, 3600), default=60.0,
@@ -103,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         options = Options(target=args.target, build_timeout_s=args.build_timeout,
                           run_timeout_s=args.run_timeout, repeat=args.repeat,
-                          min_repeat_ms=args.min_repeat_ms, seed=args.seed, template=args.template)
+                          min_repeat_ms=args.min_repeat_ms, seed=args.seed, template=args.template,
+                          runner=args.runner)
         result = measure(wl, params, options)
         report = result.report(parameter_id)
         if not args.no_record:

@@ -1,4 +1,4 @@
-"""The trialCommand of a suite experiment: `python3 -m trial <op> <spec> --tuner <tuner>`.
+"""The trialCommand of a suite experiment: `python3 -m trial <op> <spec> --tuner <tuner> [--runner <runner>]`.
 
 Written into every generated config and read back from NNI's records of an experiment (records
 import, `make tune`'s check for a tuned kernel), so its format lives in one place.
@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import re
 
+from .remote import LOCAL
 from .workload import Workload
 
 _COMMAND = re.compile(r"-m trial (?P<op>\S+) (?P<spec>\S+)(?: --tuner (?P<tuner>\S+))?")
 
 
-def trial_command(wl: Workload, tuner: str) -> str:
+def trial_command(wl: Workload, tuner: str, runner: str = LOCAL) -> str:
     """The experiment's trialCommand; `read_trial_command` reads it back (records import, make tune)."""
-    return f"python3 -m trial {wl.op} {wl.spec} --tuner {tuner}"
+    return f"python3 -m trial {wl.op} {wl.spec} --tuner {tuner}" + ("" if runner == LOCAL else f" --runner {runner}")
 
 
 def read_trial_command(command: str) -> tuple[str, str, str | None] | None:

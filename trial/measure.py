@@ -19,6 +19,7 @@ from typing import Any
 from searchspace import from_twin
 
 from . import check, target, templates
+from .remote import LOCAL
 from .service import client
 from .results import STAGES, MeasureResult, Status
 from .target import Target, TargetError
@@ -37,13 +38,14 @@ class Options:
     min_repeat_ms: int = 40
     seed: int = 0
     template: str | None = None  # "module[:attr]" replacing the op's template (see templates.load)
+    runner: str = LOCAL  # where kernels are verified and timed (trial/remote.py)
 
 
 def _precheck(wl: Workload, params: dict[str, Any] | None, options: Options) -> MeasureResult | None:
     """An `invalid` result if the workload does not fit in memory or the knobs are bad for the device the
     service found here, else None (also where there is no such device: the service reports that)."""
     try:
-        known = device(options.target)
+        known = device(options.target, options.runner)
     except (TargetError, client.ServiceError):
         return None
     problem = check.memory_problem(wl, known)
@@ -97,18 +99,18 @@ def measure_library(wl: Workload, library: Path, options: Options = Options()) -
     return _request(wl, None, options, library=str(library.resolve()))
 
 
-def device(kind: str = "auto") -> Target:
-    """The target a trial with `--target kind` would use here: the one found last (the cache), else the
-    service's answer; TargetError where there is none.  The caller holds no device and imports no TVM."""
-    known = target.load(kind)
+def device(kind: str = "auto", runner: str = LOCAL) -> Target:
+    """The target a trial with `--target kind --runner runner` would use: the one found last (the cache),
+    else the service's answer; TargetError where there is none.  The caller holds no device and imports no TVM."""
+    known = target.load(kind, runner)
     if known is not None:
         return known
-    answer = client.request({"request": "describe", "target": kind})
+    answer = client.request({"request": "describe", "target": kind, "runner": runner})
     if "error" in answer:
         raise TargetError(answer["error"])
     return Target.from_description(answer["target"])
 
 
-def this_device(kind: str = "auto") -> str:
-    """The model name of the device a trial would use here (see `device`)."""
-    return device(kind).device_name
+def this_device(kind: str = "auto", runner: str = LOCAL) -> str:
+    """The model name of the device a trial would use (see `device`)."""
+    return device(kind, runner).device_name

@@ -31,16 +31,18 @@ class WrongResult(RuntimeError):
     """The kernel ran but its output does not match the reference."""
 
 
-def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: int, min_repeat_ms: int) -> Timing:
+def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: int, min_repeat_ms: int,
+        args: list[Any] | None = None) -> Timing:
     """Run once on the reference's inputs and check the output, then time with `repeat` repeats of >=
     `min_repeat_ms` each.
 
     `mod` is a runtime module with the kernel as "main": a fresh build's `.mod` or an exported
     library loaded with `tvm.runtime.load_module`.  The reference is computed beforehand, so that the
-    device lock is held for device work only.
+    device lock is held for device work only.  `args`: the reference's inputs already on `dev` (an RPC
+    server keeps them), else they are copied there now.
     """
     wl = reference.wl
-    args = [tvm.runtime.tensor(x, dev) for x in reference.inputs]
+    args = args or [tvm.runtime.tensor(x, dev) for x in reference.inputs]
     out = tvm.runtime.tensor(np.full(wl.output_shape, np.nan, dtype=wl.dtype), dev)
     mod["main"](*args, out)
     dev.sync()

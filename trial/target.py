@@ -1,9 +1,10 @@
 """Where kernels run: a TVM target plus the limits of the device behind it.
 
 `resolve("auto")` takes a CUDA GPU if one is present (arch from the device, e.g. sm_90), else a ROCm
-GPU, else the host CPU through LLVM.  Querying a GPU creates a driver context, so only a device's
-runner in the measuring service calls this (trial/service/runner.py); the service leaves what it found in a
-small cache (`save` / `load`) from which trials check knobs against the device's limits.
+GPU, else the host CPU through LLVM; given an RPC session it asks the remote machine the same way.
+Querying a GPU creates a driver context, so only a device's runner in the measuring service calls
+this (trial/service/runner.py); the service leaves what it found in a small cache (`save` / `load`)
+from which trials check knobs against the device's limits.
 TVM is imported only where a device is queried, so trials do not pay for it.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import psutil
 
 from .devicelock import lock_dir
+from .remote import LOCAL
 
 KINDS = ("auto", "cuda", "rocm", "llvm")
 _MAX_REGISTERS_PER_BLOCK = 9  # TVM's DeviceAttrKind::kMaxRegistersPerBlock
@@ -62,10 +64,15 @@ class Target:
         """Whether kernels can copy global to shared memory asynchronously (cp.async: CUDA sm_80+)."""
         return self.kind == "cuda" and int(self.target["arch"].removeprefix("sm_").rstrip("a")) >= 80
 
+    @property
+    def device_type(self) -> str:
+        """The kind of device the kernels run on, as TVM names it ('cpu' for llvm)."""
+        return "cpu" if self.kind == "llvm" else self.kind
+
     def device(self, index: int = 0) -> Any:
         import tvm
 
-        return {"cuda": tvm.cuda, "rocm": tvm.rocm, "llvm": tvm.cpu}[self.kind](index)
+        return tvm.runtime.device(self.device_type, index)
 
     def describe(self) -> dict[str, Any]:
         """Plain JSON data; `from_description` makes the Target again."""
@@ -81,7 +88,7 @@ class Target:
         return cls(d["kind"], d["target"], d["device_name"], d["num_devices"], limits, d.get("memory_bytes"))
 
 
-def _count(make_device) -> int:
+def _count(make_device: Any) -> int:
     n = 0
     while make_device(n).exist:
         n += 1
@@ -95,72 +102,77 @@ def _gpu_limits(dev: Any) -> DeviceLimits:
                         int(regs), 255, dev.warp_size)
 
 
-def _cuda() -> Target | None:
-    import tvm
-
-    n = _count(tvm.cuda)
+def _cuda(host: Any) -> Target | None:
+    n = _count(host.cuda)
     if n == 0:
         return None
-    dev = tvm.cuda(0)
+    dev = host.cuda(0)
     arch = "sm_" + dev.compute_version.replace(".", "")
     return Target("cuda", {"kind": "cuda", "arch": arch}, dev.device_name, n, _gpu_limits(dev), dev.total_global_memory)
 
 
-def _rocm() -> Target | None:
-    import tvm
-
-    n = _count(tvm.rocm)
+def _rocm(host: Any) -> Target | None:
+    n = _count(host.rocm)
     if n == 0:
         return None
-    dev = tvm.rocm(0)
+    dev = host.rocm(0)
     gcn = dev._GetDeviceAttr(dev.dlpack_device_type(), 0, 10)  # kGcnArch, e.g. 908 -> gfx908
     target = {"kind": "rocm", "mcpu": f"gfx{gcn}"} if gcn else {"kind": "rocm"}
     return Target("rocm", target, dev.device_name or "AMD GPU", n, _gpu_limits(dev), dev.total_global_memory)
 
 
-def _llvm() -> Target:
+def _llvm(host: Any) -> Target:
     import tvm
 
-    cpu = tvm.target.codegen.llvm_get_system_cpu()
-    return Target("llvm", {"kind": "llvm", "mcpu": cpu}, f"cpu {cpu}", 1, None, psutil.virtual_memory().total)
+    if host is tvm:
+        cpu, memory = tvm.target.codegen.llvm_get_system_cpu(), psutil.virtual_memory().total
+    else:  # the name LLVM gives the server's CPU, so that the build here tunes code for it
+        cpu, memory = host.get_function("target.llvm_get_system_cpu")(), host.cpu(0).total_global_memory
+    return Target("llvm", {"kind": "llvm", "mcpu": cpu}, f"cpu {cpu}", 1, None, memory)
 
 
-def resolve(kind: str = "auto") -> Target:
-    """The target for `kind` (one of KINDS); TargetError if that kind has no device here."""
+def resolve(kind: str = "auto", host: Any = None) -> Target:
+    """The target for `kind` (one of KINDS); TargetError if that kind has no device here.
+
+    `host`: an RPC session (tvm.rpc) to ask a remote machine instead of this one.
+    """
+    import tvm
+
     if kind not in KINDS:
         raise TargetError(f"unknown target {kind!r}: expected one of {', '.join(KINDS)}")
+    host = tvm if host is None else host
     if kind == "llvm":
-        return _llvm()
+        return _llvm(host)
     probes = {"cuda": [_cuda], "rocm": [_rocm], "auto": [_cuda, _rocm]}[kind]
     for probe in probes:
-        found = probe()
+        found = probe(host)
         if found is not None:
             return found
     if kind == "auto":
-        return _llvm()
+        return _llvm(host)
     raise TargetError(f"target {kind!r} requested but no {kind.upper()} device is visible "
                       f"(TVM found none; check the driver and that this TVM build supports {kind})")
 
 
-def _cache_file(kind: str) -> Path:
-    """Per target kind, visible-device set and boot: a new driver or GPU means a new boot."""
+def _cache_file(kind: str, runner: str) -> Path:
+    """Per runner, target kind, visible-device set and boot: a new driver or GPU means a new boot."""
     boot = Path("/proc/sys/kernel/random/boot_id")
-    key = "-".join([kind, os.environ.get("CUDA_VISIBLE_DEVICES", "all"), os.environ.get("HIP_VISIBLE_DEVICES", "all"),
+    key = "-".join([runner.replace(":", "_"), kind, os.environ.get("CUDA_VISIBLE_DEVICES", "all"), os.environ.get("HIP_VISIBLE_DEVICES", "all"),
                     boot.read_text().strip() if boot.exists() else "boot"])
     return lock_dir() / f"target-{key.replace('/', '_').replace(',', '_')}.json"
 
 
-def save(kind: str, target: Target) -> None:
-    """Remember what `resolve(kind)` found (written atomically: trials run concurrently)."""
-    path = _cache_file(kind)
+def save(kind: str, target: Target, runner: str = LOCAL) -> None:
+    """Remember what `resolve(kind)` found through `runner` (written atomically: trials run concurrently)."""
+    path = _cache_file(kind, runner)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(target.describe()))
     tmp.replace(path)
 
 
-def load(kind: str) -> Target | None:
-    """What `resolve(kind)` found earlier on this machine since it booted, if anything."""
+def load(kind: str, runner: str = LOCAL) -> Target | None:
+    """What `resolve(kind)` found through `runner` earlier since this machine booted, if anything."""
     try:
-        return Target.from_description(json.loads(_cache_file(kind).read_text()))
+        return Target.from_description(json.loads(_cache_file(kind, runner).read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None

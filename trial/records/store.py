@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from searchspace import SearchSpace
 
 from .. import templates
@@ -87,7 +89,9 @@ class Records:
         self.path = Path(path) if path else default_path()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect() as db:
+            # one process at a time: switching a new store to WAL can fail with "database is locked"
+            # at once, without waiting, while another process is doing the same
+            with FileLock(f"{self.path}.lock"), self._connect() as db:
                 db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as err:
             raise RecordsError(f"records store {self.path}: {getattr(err, 'strerror', None) or err}") from None

@@ -1,42 +1,61 @@
 """Run stage as the measuring service runs it: one runner worker per device, which keeps that device's
 context warm and loads, verifies and times the libraries the build workers export.
 
-The reference outputs of a workload are computed once per runner and kept (the last few
-workloads), outside the device lock.  A kernel that fails in any way other than a wrong answer
+The runner of an RPC runner's server holds a session with it instead (rpcsession.py): it uploads the
+library there and verifies and times it on the server's device.  The reference outputs of a
+workload are computed once per runner and kept (the last few workloads), outside the device lock.  A kernel that fails in any way other than a wrong answer
 may have left the device context unusable (a misaligned access does), so the runner says so and
 the service replaces it.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import tvm
 
 from .. import devicelock, run, verify
 from ..results import Status, error_reason
+from ..remote import LOCAL, rpc_address
 from ..target import Target, TargetError, resolve
 from ..workload import parse
+from . import rpcsession
 from .worker import report
 
 _REFERENCES: OrderedDict[tuple[str, int], verify.Reference] = OrderedDict()
 KEPT_REFERENCES = 3
 
 
-def describe(kind: str) -> dict[str, Any]:
-    """{"target": what `resolve(kind)` finds here, as data} or {"error": why there is none}.
+def describe(kind: str, runner: str = LOCAL) -> dict[str, Any]:
+    """{"target": what `resolve(kind)` finds through `runner`, as data} or {"error": why there is none}.
 
-    Querying a GPU makes this runner hold a context on its device 0, which it then serves.
+    Querying a GPU makes this runner hold a context on its device 0 (or a session with one of the
+    runner's servers), which it then serves.  Through RPC, `num_devices` counts the key's servers:
+    one runner each.
     """
     try:
-        return {"target": resolve(kind).describe()}
+        if runner == LOCAL:
+            return {"target": resolve(kind).describe()}
+        with rpcsession.session(runner) as remote:
+            found = resolve(kind, remote).describe()
+        return {"target": {**found, "num_devices": rpcsession.servers(rpc_address(runner))[0]}}
     except TargetError as err:
         return {"error": str(err)}
+    except Exception as err:  # the tracker or server refused or went away
+        return {"error": f"could not query the device through {runner}: {error_reason(err)}"}
 
 
-def warm(target: dict[str, Any], index: int) -> None:
-    """Create the device's context now, so the first measurement does not wait for it."""
-    Target.from_description(target).device(index).exist
+def warm(target: dict[str, Any], index: int, runner: str = LOCAL) -> None:
+    """Create the device's context (or take a free server's session) now, so the first measurement does
+    not wait; raises where an RPC runner has no free server (the service then retires this runner)."""
+    tgt = Target.from_description(target)
+    if runner == LOCAL:
+        tgt.device(index).exist
+    else:
+        with rpcsession.session(runner, wait=False) as remote:
+            remote.device(tgt.device_type, 0).exist
 
 
 def _reference(op: str, spec: str, seed: int) -> verify.Reference:
@@ -49,20 +68,37 @@ def _reference(op: str, spec: str, seed: int) -> verify.Reference:
     return _REFERENCES[key]
 
 
-def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repeat_ms: int,
-                target: dict[str, Any], index: int) -> dict[str, Any]:
-    """Verify and time the library at `path` on device `index`: a measurement's status and figures.
+@contextmanager
+def _loaded(path: str, tgt: Target, index: int, runner: str, key: tuple[str, int],
+            reference: verify.Reference) -> Iterator[tuple[Any, Any, list[Any] | None]]:
+    """The library loaded on the device it runs on, that device, and the inputs of the workload and seed
+    `key` already there (None: the run sends them)."""
+    if runner == LOCAL:
+        yield tvm.runtime.load_module(path), tgt.device(index), None
+    else:
+        with rpcsession.loaded(runner, path, tgt.device_type) as (mod, dev):
+            yield mod, dev, rpcsession.inputs(runner, key, reference.inputs, dev)
 
-    Reports "held" once the device's lock is held; {"replace": True} asks for a fresh runner.
+
+def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repeat_ms: int,
+                target: dict[str, Any], index: int, runner: str = LOCAL) -> dict[str, Any]:
+    """Verify and time the library at `path` on device `index` (through `runner`): a measurement's
+    status and figures.
+
+    Reports "held" once the device's lock is held (an RPC server serves one session at a time: there
+    the session is the lock); {"replace": True} asks for a fresh runner.
     """
     tgt = Target.from_description(target)
     reference = _reference(op, spec, seed)
-    with devicelock.hold(tgt.kind, index, tgt.num_devices):
+    lock = devicelock.hold(tgt.kind, index, tgt.num_devices) if runner == LOCAL else nullcontext()
+    with lock:
         report("held", index)
         try:
-            timing = run.run(tvm.runtime.load_module(path), tgt.device(index), reference, repeat, min_repeat_ms)
+            with _loaded(path, tgt, index, runner, (f"{op}/{spec}", seed), reference) as (mod, dev, args):
+                timing = run.run(mod, dev, reference, repeat, min_repeat_ms, args)
         except run.WrongResult as err:
             return {"status": Status.WRONG_RESULT, "reason": str(err)}
-        except Exception as err:  # a launch failure, a CUDA error: the context may be lost
-            return {"status": Status.RUNTIME_ERROR, "reason": error_reason(err), "replace": True}
+        except Exception as err:  # a launch failure, a CUDA error, a lost server: the context may be lost
+            where = "" if runner == LOCAL else f"{runner}: "
+            return {"status": Status.RUNTIME_ERROR, "reason": where + error_reason(err), "replace": True}
     return {"status": Status.OK, **timing.metrics(reference.wl)}

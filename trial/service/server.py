@@ -25,6 +25,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
+from ..remote import LOCAL
 from ..results import Status, error_reason
 from ..target import Target, TargetError
 from . import nnitrial
@@ -53,7 +54,7 @@ class Service:
         options = m["options"]
         out: dict[str, Any] = {"params": m["params"], "marks": marks}
         try:
-            target = self.devices.target(options["target"])
+            target = self.devices.target(options["target"], options["runner"])
         except TargetError as err:
             return {**out, "status": Status.INVALID, "reason": str(err)}
         out.update(target=target.label, device=target.device_name)
@@ -75,7 +76,7 @@ class Service:
                 if built["status"] != "built":
                     return out
             marks["built"] = time.time()
-            with self.devices.runner(target) as runner:
+            with self.devices.runner(target, options["runner"]) as runner:
                 ran = None if gone() else self._run(runner, m, target, path, marks, gone)
             if ran is None:
                 return None
@@ -116,7 +117,7 @@ class Service:
         try:
             result = runner.worker.call("trial.service.runner:run_library", str(path), m["op"], m["spec"], options["seed"],
                                         options["repeat"], options["min_repeat_ms"], target.describe(),
-                                        runner.index, progress=progress, cancelled=gone)
+                                        runner.index, runner.where, progress=progress, cancelled=gone)
         except CallCancelled:
             return None
         except WorkerTimeout:
@@ -128,9 +129,9 @@ class Service:
             runner.worker.stop()
         return result
 
-    def describe(self, kind: str) -> dict[str, Any]:
+    def describe(self, kind: str, where: str) -> dict[str, Any]:
         try:
-            return {"target": self.devices.target(kind).describe()}
+            return {"target": self.devices.target(kind, where).describe()}
         except TargetError as err:
             return {"error": str(err)}
 
@@ -164,7 +165,7 @@ class Service:
                     return
                 self.served[str(answer["status"])] += 1
             elif request == "describe":
-                answer = self.describe(m["target"])
+                answer = self.describe(m["target"], m.get("runner", LOCAL))
             elif request in ("nni_receive", "nni_report"):
                 answer = self.nni(m)
             elif request == "status":
