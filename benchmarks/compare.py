@@ -22,6 +22,7 @@ import csv
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -58,13 +59,16 @@ batch)."""
 
 
 def plan(items: list[str], seeds: int) -> list[tuple[str, int]]:
-    """(tuner, seed) for every run: `name` runs with seeds 0..seeds-1, `name:N` with 0..N-1."""
+    """(tuner, seed) for every run: `name` runs with seeds 0..seeds-1, `name:N` with 0..N-1; a name may
+    carry classArgs of its own, `opevo[mutate_rate=0.3]:5` (see `driver.variant`)."""
     out = []
     for item in items:
-        name, _, count = item.partition(":")
-        if name not in TUNERS:
-            raise ValueError(f"unknown tuner {name!r}: expected one of {', '.join(TUNERS)}")
-        if count and (not count.isdigit() or int(count) < 1):
+        name, count = item, None
+        if re.search(r":[^\]]*$", item):  # a colon after any classArgs
+            name, _, count = item.rpartition(":")
+        if name != "metaschedule":
+            driver.make_tuner(name, 0)  # its classArgs checked now, not when its run starts
+        if count is not None and (not count.isdigit() or int(count) < 1):
             raise ValueError(f"bad seed count in {item!r}: expected name:N with N >= 1")
         out += [(name, seed) for seed in range(int(count) if count else seeds)]
     return out
@@ -196,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("workload", help="op/spec, e.g. mm/N512K1024M1024")
     p.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "random", "tpe", "metaschedule"],
-                   help=f"of {', '.join(TUNERS)}; name:N runs N seeds of that tuner")
+                   help=f"of {', '.join(TUNERS)}; name:N runs N seeds of that tuner; name[arg=value,...] "
+                        "replaces classArgs of the experiments' (a variant, reported under that label)")
     p.add_argument("--trials", type=number_type(int, 1, 100_000), default=128, help="measured trials per run (default 128)")
     p.add_argument("--seeds", type=number_type(int, 1, 1000), default=1, help="seeds per tuner unless name:N says (default 1)")
     p.add_argument("--workers", type=number_type(int, 1, 1024), default=registry.CONCURRENCY,

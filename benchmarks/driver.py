@@ -24,7 +24,9 @@ parameters go to `measure` as they are and the trial decodes them (`from_twin`),
 from __future__ import annotations
 
 import importlib
+import json
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -80,18 +82,42 @@ TUNERS = (*registry.TUNERS, *registry.BUILTIN_TUNERS)
 """Tuners the driver runs: the suite's on its space, NNI's built-ins on the twin space."""
 
 
-def make_tuner(name: str, seed: int, wl: Workload | None = None, target: Target | None = None) -> tuple[Tuner, bool]:
-    """The tuner `name` with the experiments' classArgs and `seed`, keeping `target`'s rules for `wl` (the
-    suite's tuners); and whether it searches the twin space."""
-    if name not in TUNERS:
-        raise ValueError(f"unknown tuner {name!r}: expected one of {', '.join(TUNERS)}")
+_VARIANT = re.compile(r"(?P<name>[a-z0-9_]+)(?:\[(?P<args>[^\[\]]*)\])?")
+
+
+def variant(label: str) -> tuple[str, dict[str, Any]]:
+    """The tuner and the classArgs that replace the experiments' in a label such as
+    `opevo[mutate_rate=0.3,parents_size=4]` (values are JSON, or else strings); ValueError if malformed."""
+    found = _VARIANT.fullmatch(label)
+    if not found or found["name"] not in TUNERS:
+        raise ValueError(f"unknown tuner {label!r}: expected one of {', '.join(TUNERS)}, optionally with "
+                         "classArgs, e.g. opevo[mutate_rate=0.3]")
+    overrides = {}
+    for item in filter(None, (found["args"] or "").split(",")):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or not key.isidentifier():
+            raise ValueError(f"bad classArg {item!r} in {label!r}: expected name=value")
+        try:
+            overrides[key] = json.loads(value)
+        except ValueError:
+            overrides[key] = value
+    return found["name"], overrides
+
+
+def make_tuner(label: str, seed: int, wl: Workload | None = None, target: Target | None = None) -> tuple[Tuner, bool]:
+    """The tuner of `label` (a name, or a variant: see `variant`) with the experiments' classArgs and `seed`,
+    keeping `target`'s rules for `wl` (the suite's tuners); and whether it searches the twin space."""
+    name, overrides = variant(label)
     twin = name in registry.BUILTIN_TUNERS
     spec = registry.BUILTIN_TUNERS[name] if twin else registry.TUNERS[name]
-    class_args = {**spec.get("classArgs", {}), "seed": seed}
+    class_args = {**spec.get("classArgs", {}), **overrides, "seed": seed}
     if not twin and wl is not None and target is not None:
         class_args.update(workload=wl.name, target=target.describe())
     module, _, cls = (spec.get("className") or _BUILTIN_CLASSES[spec["name"]]).rpartition(".")
-    return getattr(importlib.import_module(module), cls)(**class_args), twin
+    try:
+        return getattr(importlib.import_module(module), cls)(**class_args), twin
+    except TypeError as err:  # a classArg the tuner does not take
+        raise ValueError(f"{label}: {err}") from None
 
 
 @dataclass

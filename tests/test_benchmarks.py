@@ -2,6 +2,7 @@
 import csv
 import itertools
 import json
+import re
 import threading
 from collections import deque
 
@@ -155,6 +156,15 @@ def test_plan_and_trials_to():
     assert compare.plan(["opevo:3", "tpe"], 2) == [("opevo", 0), ("opevo", 1), ("opevo", 2), ("tpe", 0), ("tpe", 1)]
     with pytest.raises(ValueError, match="unknown tuner"):
         compare.plan(["nope"], 1)
+    variant = "opevo[mutate_rate=0.3,selection=fitness]"
+    assert compare.plan([f"{variant}:2", "metaschedule"], 1) == [(variant, 0), (variant, 1), ("metaschedule", 0)]
+    for bad, why in (("opevo:0", "bad seed count"), (f"{variant}:x", "bad seed count"),
+                     ("opevo[mutate_rate]", "expected name=value"), ("opevo[bogus=1]", "bogus"),
+                     ("opevo[mutate_rate=2]", "mutate_rate must be")):
+        with pytest.raises(ValueError, match=re.escape(why)):
+            compare.plan([bad], 1)
+    tuner, _ = driver.make_tuner(variant, seed=3)
+    assert (tuner.mutate_rate, tuner.selection, tuner.parents_size) == (0.3, "fitness", 8)  # the rest: the registry's
     assert plots.trials_to(0.95, [1.0, 5.0, 9.6, 10.0]) == 3
     assert plots.trials_to(0.95, [0.0, 0.0]) is None
 

@@ -3,9 +3,9 @@ context warm and loads, verifies and times the libraries the build workers expor
 
 The runner of an RPC runner's server holds a session with it instead (rpcsession.py): it uploads the
 library there and verifies and times it on the server's device.  The reference outputs of a
-workload are computed once per runner and kept (the last few workloads), outside the device lock.  A kernel that fails in any way other than a wrong answer
-may have left the device context unusable (a misaligned access does), so the runner says so and
-the service replaces it.
+workload are computed once per runner and kept (the last few workloads), outside the device lock.
+A kernel that fails in any way other than a wrong answer may have left the device context unusable
+(a misaligned access does), so the runner says so and the service replaces it.
 """
 from __future__ import annotations
 
