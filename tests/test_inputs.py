@@ -91,6 +91,8 @@ def test_hostile_json(text: str, message: str) -> None:
     (["mm", "N8K8M8", "--run-timeout", "nan"], "argument --run-timeout: must be between 0.1 and 3,600"),
     (["mm", "N8K8M8", "--build-timeout", "1e400"], "argument --build-timeout: must be between"),
     (["mm", "N8K8M8", "--min-repeat-ms", "x"], "argument --min-repeat-ms: expected an integer, got 'x'"),
+    (["mm", "N8K8M8", "--runner", "rpc:/h:1/k"], "argument --runner: runner 'rpc:/h:1/k': expected 'local' or rpc://HOST:PORT/KEY"),
+    (["mm", "N8K8M8", "--runner", "rpc://h:0/k"], "(port 1-65535"),
 ])
 def test_trial_usage_errors_name_the_input(args: list[str], message: str) -> None:
     p = run("trial", *args)
@@ -103,6 +105,12 @@ def test_trial_usage_errors_name_the_input(args: list[str], message: str) -> Non
     ("experiments.write", ["mm", "N8K8M8", "--arch", "sm_1"], "argument --arch: invalid choice"),
     ("benchmarks.compare", ["mm/N8K8M8", "--trials", "-5"], "argument --trials: must be between 1"),
     ("benchmarks.compare", ["mm/N8K8M8", "--port", "70000"], "argument --port: must be between 1 and 65,535"),
+    ("benchmarks.compare", ["mm/N8K8M8", "--tuners", "metaschedule", "--runner", "rpc://h:9190/k"],
+     "MetaSchedule and --nnictl run on this machine's device"),
+    ("benchmarks.compare", ["mm/N8K8M8", "--tuners", "opevo[mutate_rate=2]"], "mutate_rate must be a number in [0, 1)"),
+    ("experiments.write", ["mm", "N8K8M8", "--runner", "rpc://h/k"], "expected 'local' or rpc://HOST:PORT/KEY"),
+    ("experiments.remote", ["c.yml", "--machine", "u@h", "--python", "python3"], "--python must be a full path"),
+    ("experiments.remote", ["nowhere.yml", "--machine", "u@h", "--python", "/p/python"], "nowhere.yml"),
     ("experiments.tune", ["nowhere.yml"], "no experiment config at nowhere.yml"),
     ("trial.records", ["best", "mm/N8K8M8", "-n", "0"], "argument -n: must be between 1"),
 ])
