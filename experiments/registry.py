@@ -13,7 +13,7 @@ CONCURRENCY = 4  # builds overlap; the measuring service times one kernel per de
 
 TUNERS: dict[str, dict[str, Any]] = {
     "opevo": {"className": "tuners.opevo.OpEvoTuner",
-              "classArgs": {"optimize_mode": "maximize", "parents_size": 8, "offspring_size": 8,
+              "classArgs": {"optimize_mode": "maximize", "parents_size": 4, "offspring_size": 8,
                             "mutate_rate": 0.5, "selection": "rank"}},
     "gbfs": {"className": "tuners.gbfs.GBFSTuner",
              "classArgs": {"optimize_mode": "maximize", "num_samples": 5}},

@@ -164,7 +164,7 @@ def test_plan_and_trials_to():
         with pytest.raises(ValueError, match=re.escape(why)):
             compare.plan([bad], 1)
     tuner, _ = driver.make_tuner(variant, seed=3)
-    assert (tuner.mutate_rate, tuner.selection, tuner.parents_size) == (0.3, "fitness", 8)  # the rest: the registry's
+    assert (tuner.mutate_rate, tuner.selection, tuner.offspring_size) == (0.3, "fitness", 8)  # the rest: the registry's
     assert plots.trials_to(0.95, [1.0, 5.0, 9.6, 10.0]) == 3
     assert plots.trials_to(0.95, [0.0, 0.0]) is None
 
