@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,18 @@ def machine(text: str, ssh_key: Path, python: str) -> dict[str, Any]:
         raise ValueError(f"machine {text!r}: expected USER@HOST[:PORT], e.g. opevo@10.0.0.7 or opevo@gpu1:2222")
     return {"host": found["host"].strip("[]"), "port": port, "user": found["user"],
             "sshKeyFile": str(ssh_key.expanduser()), "pythonPath": str(Path(python).parent)}
+
+
+def rules_device(config: dict[str, Any]) -> str:
+    """What the config's tuner keeps the rules of (the suite's: their `target` classArg; NNI's built-ins:
+    the twin space written for a device), in words."""
+    class_args = config.get("tuner", {}).get("classArgs", {})
+    if "target" not in class_args:
+        return "the device its search_space_twin.json was written for"
+    target = class_args["target"]
+    if isinstance(target, dict):
+        return f"{target.get('device_name', '?')} ({target.get('kind', '?')})"
+    return "each trial's own device (target auto)" if target == "auto" else f"architecture {target}"
 
 
 def remote_config(config: dict[str, Any], machines: list[dict[str, Any]], python: str,
@@ -74,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(f"# Written by `python -m experiments.remote {args.config.name}`: trials on "
                    f"{', '.join(args.machine)}.\n" + yaml.safe_dump(remote, sort_keys=False))
     print(out)
+    print(f"the tuner keeps the rules of {rules_device(config)}; if the machines have another device, write "
+          "the experiment for theirs first (python -m experiments.write OP SPEC --arch ARCH)", file=sys.stderr)
     return 0
 
 

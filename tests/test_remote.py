@@ -59,13 +59,17 @@ def test_machine_and_config_checks(tmp_path):
         remote.remote_config({"trialCommand": "python3 train.py"}, [entry], "/p/python")
     with pytest.raises(SystemExit):
         remote.main([str(tmp_path / "c.yml"), "--machine", "u@h", "--python", "python3"])  # not a full path
+    assert remote.rules_device({"tuner": {"classArgs": {"target": "sm_90"}}}) == "architecture sm_90"
+    assert remote.rules_device({"tuner": {"classArgs": {"target": "auto"}}}) == "each trial's own device (target auto)"
+    assert remote.rules_device({"tuner": {"name": "Random"}}) == "the device its search_space_twin.json was written for"
 
 
-def test_an_experiment_runs_its_trials_over_ssh_to_done(sshd, tmp_path):
+def test_an_experiment_runs_its_trials_over_ssh_to_done(sshd, tmp_path, capsys):
     port, key = sshd
     config = write_config(tmp_path, "mm/N64K64M64", "opevo", trials=4, seed=0)
     assert remote.main([str(config), "--machine", f"{getpass.getuser()}@127.0.0.1:{port}", "--ssh-key", str(key),
                         "--python", sys.executable, "--manager-ip", "127.0.0.1"]) == 0
+    assert "the tuner keeps the rules of cpu " in capsys.readouterr().err  # this machine's, written here
     remote_config = config.with_name("config_opevo_remote.yml")
     written = yaml.safe_load(remote_config.read_text())
     assert written["trialCommand"] == f"{sys.executable} -m trial mm N64K64M64 --tuner opevo"
