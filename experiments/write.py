@@ -85,10 +85,9 @@ def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
     `arch`: the device whose rules the search keeps: None, the device trials use here (its limits are
     recorded); "auto", whichever device runs the experiment (the tuner asks when it starts); or an
     architecture of trial/archs.py, e.g. "sm_90", for a GPU that is not here.  `runner`: where the
-    trials measure (trial/remote.py), written into the trialCommand; with `arch` None, its device gives the
-    limits.  NNI's built-in tuners
-    get a twin space that offers only the values the device's rules leave possible, as far as NNI's
-    types can say it (not with "auto").
+    trials measure (trial/remote.py), written into the trialCommand; with `arch` None, its device
+    gives the limits.  NNI's built-in tuners get a twin space that offers only the values the
+    device's rules leave possible, as far as NNI's types can say it (not with "auto").
     """
     target, known = _target(arch, runner)
     out = folder(wl, root)
