@@ -31,7 +31,7 @@ class Hang(_Matmul):
     """The kernel sleeps for an hour per output."""
 
     @staticmethod
-    def schedule(wl, params, gpu):
+    def schedule(wl, params, target):
         return _with_extern_call(wl, "sleep", 3600)
 
 
@@ -39,7 +39,7 @@ class Crash(_Matmul):
     """The kernel aborts the process."""
 
     @staticmethod
-    def schedule(wl, params, gpu):
+    def schedule(wl, params, target):
         return _with_extern_call(wl, "abort", 0)
 
 
@@ -47,7 +47,7 @@ class SlowBuild(_Matmul):
     """Scheduling never finishes in reasonable time."""
 
     @staticmethod
-    def schedule(wl, params, gpu):
+    def schedule(wl, params, target):
         time.sleep(3600)
 
 
@@ -55,7 +55,7 @@ class CompileError(_Matmul):
     """Binds a loop to a GPU thread axis, which the CPU code generator rejects."""
 
     @staticmethod
-    def schedule(wl, params, gpu):
+    def schedule(wl, params, target):
         sch = s_tir.Schedule(matmul.prim_func(wl))
         i, _, _ = sch.get_loops(sch.get_sblock("C"))
         sch.bind(i, "threadIdx.x")
@@ -66,7 +66,7 @@ class ScheduleError(_Matmul):
     """Vectorises the reduction loop, which TensorIR refuses."""
 
     @staticmethod
-    def schedule(wl, params, gpu):
+    def schedule(wl, params, target):
         sch = s_tir.Schedule(matmul.prim_func(wl))
         _, _, k = sch.get_loops(sch.get_sblock("C"))
         sch.vectorize(k)
@@ -77,7 +77,7 @@ class Wrong(_Matmul):
     """A correct schedule of the wrong computation: the last reduction step is dropped."""
 
     @staticmethod
-    def schedule(wl, params, gpu):
+    def schedule(wl, params, target):
         n, k_len, m = wl.dims["N"], wl.dims["K"], wl.dims["M"]
         A, B = (te.placeholder(s, wl.dtype, name=name) for s, name in zip(wl.input_shapes, "AB"))
         k = te.reduce_axis((0, k_len - 1), name="k")
@@ -90,13 +90,13 @@ class IllegalAddress(_Matmul):
     process's CUDA context unusable; on the CPU the process dies of SIGSEGV."""
 
     @staticmethod
-    def schedule(wl, params, gpu):
+    def schedule(wl, params, target):
         n, m = wl.output_shape
         A, B = (te.placeholder(s, wl.dtype, name=name) for s, name in zip(wl.input_shapes, "AB"))
         far = tvm.tirx.const(1 << 38, "int64")
         C = te.compute((n, m), lambda i, j: A[i.astype("int64") + far, j.astype("int64")], name="C")
         sch = s_tir.Schedule(te.create_prim_func([A, B, C]))
-        if gpu:
+        if target.is_gpu:
             i, j = sch.get_loops(sch.get_sblock("C"))
             sch.bind(i, "blockIdx.x")
             sch.bind(j, "threadIdx.x")

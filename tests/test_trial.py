@@ -8,6 +8,7 @@ import pytest
 from trial import build, check, templates
 from trial.measure import Options, measure
 from trial.target import DeviceLimits, Target
+from trial.templates.common import PIPELINE_DEPTHS
 from trial.workload import parse
 from searchspace import SearchSpace
 
@@ -92,18 +93,20 @@ def test_knobs_beyond_gpu_limits_are_invalid(op, spec, change, message):
 
 @pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024"), ("conv", "N512C64HW27F192K5ST1PD2")])
 def test_pipelined_shared_stages(op, spec):
-    """pipeline 1 double-buffers the shared tiles; 2 fills them with cp.async, only where the GPU has it."""
+    """pipeline 1 double-buffers the shared tiles; 2, 3, 4 fill that many with cp.async, only where the GPU
+    has it."""
     wl = parse(op, spec)
     template = templates.load(op)
     sources, shared = {}, {}
-    for depth in (0, 1, 2):
+    for depth in PIPELINE_DEPTHS:
         params = {**template.default_params(wl, True), "pipeline": depth}
         check.check(wl, template, params, GPU)
         sources[depth] = build.build(wl, template, params, GPU).mod.imports[0].inspect_source()
         shared[depth] = template.resources(wl, params)["shared_bytes"]
     declared = {d: declared_shared_bytes(src) for d, src in sources.items()}
-    assert declared == shared and shared[1] == shared[2] == 2 * shared[0]
-    assert "cp.async" in sources[2] and "cp.async" not in sources[1] and "cp.async" not in sources[0]
+    assert declared == shared and [shared[d] for d in PIPELINE_DEPTHS] == [n * shared[0] for n in (1, 2, 2, 3, 4)]
+    assert "cp.async" not in sources[0] and "cp.async" not in sources[1]
+    assert all(f"cp.async.wait_group {d - 1}" in sources[d] for d in (2, 3, 4))
     turing = dataclasses.replace(GPU, target={"kind": "cuda", "arch": "sm_75"})
     params = {**template.default_params(wl, True), "pipeline": 2}
     with pytest.raises(check.InvalidConfig, match="cp.async"):

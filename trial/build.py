@@ -15,6 +15,6 @@ def build(wl: Workload, template: Any, params: dict[str, Any], target: Target) -
     Asynchronous copies are lowered only where the target has them; schedules that ask for none are
     unaffected by the setting.
     """
-    mod = template.schedule(wl, params, target.is_gpu)
+    mod = template.schedule(wl, params, target)
     with tvm.transform.PassContext(config={"tirx.use_async_copy": target.async_copy}):
         return tvm.compile(mod, target=target.target)

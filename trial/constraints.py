@@ -54,9 +54,9 @@ def device_rules(target: Target) -> list[Rule]:
         Rule(lambda r, c: r["threads"], lim.max_threads_per_block,
              lambda r, c: f"{r['threads']} threads per block > device limit {lim.max_threads_per_block}"),
         *dims,
-        Rule(lambda r, c: r["shared_bytes"], lim.max_shared_memory_per_block,
+        Rule(lambda r, c: r["shared_bytes"], lim.shared_memory_per_block,
              lambda r, c: f"{r['shared_bytes']} bytes of shared memory per block > device limit "
-                          f"{lim.max_shared_memory_per_block}"),
+                          f"{lim.shared_memory_per_block}"),
         Rule(lambda r, c: r["registers_per_thread"], lim.max_registers_per_thread,
              lambda r, c: f"about {r['registers_per_thread']} registers per thread > device limit "
                           f"{lim.max_registers_per_thread}"),

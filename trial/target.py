@@ -9,6 +9,7 @@ TVM is imported only where a device is queried, so trials do not pay for it.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -22,6 +23,11 @@ from .remote import LOCAL
 
 KINDS = ("auto", "cuda", "rocm", "llvm")
 _MAX_REGISTERS_PER_BLOCK = 9  # TVM's DeviceAttrKind::kMaxRegistersPerBlock
+_CU_MAX_SHARED_PER_BLOCK_OPTIN = 97  # CUDA's CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+OPTIN_SHARED_BYTES = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024, "sm_86": 99 * 1024,
+                      "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024}
+"""Opt-in shared memory per block by architecture (the CUDA programming guide's table), for devices
+that cannot be asked: GPUs behind an RPC server, and experiments written for a GPU that is not here."""
 
 
 class TargetError(RuntimeError):
@@ -36,6 +42,14 @@ class DeviceLimits:
     max_registers_per_block: int
     max_registers_per_thread: int
     warp_size: int
+    max_shared_memory_per_block_optin: int = 0
+    """Dynamic shared memory a block may opt into (CUDA's ..._PER_BLOCK_OPTIN); 0 where it is no more
+    than the static limit."""
+
+    @property
+    def shared_memory_per_block(self) -> int:
+        """The most shared memory one block can have, statically or dynamically."""
+        return max(self.max_shared_memory_per_block, self.max_shared_memory_per_block_optin)
 
 
 @dataclass(frozen=True)
@@ -95,20 +109,38 @@ def _count(make_device: Any) -> int:
     return n
 
 
-def _gpu_limits(dev: Any) -> DeviceLimits:
+def _gpu_limits(dev: Any, optin: int = 0) -> DeviceLimits:
     dims = dev.max_thread_dimensions
     regs = dev._GetDeviceAttr(dev.dlpack_device_type(), dev.index, _MAX_REGISTERS_PER_BLOCK) or 65536
     return DeviceLimits(dev.max_threads_per_block, tuple(dims), dev.max_shared_memory_per_block,
-                        int(regs), 255, dev.warp_size)
+                        int(regs), 255, dev.warp_size, optin)
+
+
+def _cuda_optin_shared(index: int, arch: str) -> int:
+    """The CUDA driver's opt-in shared memory per block of device `index` (TVM does not ask for it);
+    the architecture's published figure if the driver cannot say."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        device, value = ctypes.c_int(), ctypes.c_int()
+        if not (cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(device), index) or
+                cuda.cuDeviceGetAttribute(ctypes.byref(value), _CU_MAX_SHARED_PER_BLOCK_OPTIN, device)):
+            return value.value
+    except OSError:
+        pass
+    return OPTIN_SHARED_BYTES.get(arch, 0)
 
 
 def _cuda(host: Any) -> Target | None:
+    import tvm
+
     n = _count(host.cuda)
     if n == 0:
         return None
     dev = host.cuda(0)
     arch = "sm_" + dev.compute_version.replace(".", "")
-    return Target("cuda", {"kind": "cuda", "arch": arch}, dev.device_name, n, _gpu_limits(dev), dev.total_global_memory)
+    optin = _cuda_optin_shared(0, arch) if host is tvm else OPTIN_SHARED_BYTES.get(arch, 0)
+    return Target("cuda", {"kind": "cuda", "arch": arch}, dev.device_name, n, _gpu_limits(dev, optin),
+                  dev.total_global_memory)
 
 
 def _rocm(host: Any) -> Target | None:

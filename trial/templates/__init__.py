@@ -4,7 +4,7 @@ A template module provides
   search_space(wl) -> dict              the knobs, in the shared search-space JSON format
   default_params(wl, gpu) -> dict       a hand-picked config
   prim_func(wl) -> PrimFunc             the computation (te compute -> create_prim_func)
-  schedule(wl, params, gpu) -> IRModule the scheduled kernel for a GPU or the CPU
+  schedule(wl, params, target) -> IRModule  the scheduled kernel for a trial.target.Target
   resources(wl, params) -> dict         threads, thread_dims (x, y, z), shared_bytes,
                                         registers_per_thread of one GPU thread block, and
                                         async_copy if it needs cp.async

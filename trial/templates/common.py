@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tvm import s_tir
 
+    from ..target import Target
+
 
 def factor_knob(length: int, parts: int) -> dict[str, Any]:
     return {"_type": "factor", "_value": [length, parts]}
@@ -51,22 +53,37 @@ def cooperative_fetch(sch: s_tir.Schedule, block, depth: int, threads: list[tupl
         sch.vectorize(parts[-1])
 
 
-PIPELINE_DEPTHS = [0, 1, 2]
+PIPELINE_DEPTHS = [0, 1, 2, 3, 4]
+_BUFFERS = {0: 1, 1: 2, 2: 2, 3: 3, 4: 4}
+
+
+def pipeline_buffers(depth: int) -> int:
+    """How many copies of each shared tile the `pipeline` knob's `depth` keeps."""
+    return _BUFFERS[depth]
 
 
 def pipeline(sch: s_tir.Schedule, loop, depth: int) -> None:
-    """Double-buffer the shared-memory copies at the top of `loop`'s body (0 leaves them single).
+    """Pipeline the shared-memory copies at the top of `loop`'s body (depth 0 leaves them single).
 
     The body must be the two copy blocks followed by the compute that reads them.  TVM's software
-    pipelining issues iteration i+1's copies before iteration i's compute, so global-memory latency
-    hides behind arithmetic; depth 2 makes the copies asynchronous (cp.async), which also skips the
-    round trip through registers.
+    pipelining issues later iterations' copies before iteration i's compute, so global-memory latency
+    hides behind arithmetic.  Depth 1 double-buffers with ordinary loads; from depth 2 the copies are
+    asynchronous (cp.async, which also skips the round trip through registers) into 2, 3 or 4 buffers,
+    so up to three K tiles are in flight while one is used.
     """
     if depth:
-        sch.annotate(loop, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(loop, "software_pipeline_stage", [0, 0, pipeline_buffers(depth) - 1])
         sch.annotate(loop, "software_pipeline_order", [0, 1, 2])
-        if depth == 2:
+        if depth >= 2:
             sch.annotate(loop, "software_pipeline_async_stages", [0])
+
+
+def shared_scope(target: Target, shared_bytes: int) -> str:
+    """Where a block's shared tiles live: beyond the device's static limit (48 KiB on CUDA) a block
+    must use dynamic shared memory, which TVM's CUDA runtime opts into at launch up to the device's
+    per-block maximum (227 KiB on an H100); below it, static shared memory as before."""
+    static = target.limits.max_shared_memory_per_block
+    return "shared.dyn" if target.kind == "cuda" and shared_bytes > static else "shared"
 
 
 def loop_depth(sch: s_tir.Schedule, block, loop) -> int:

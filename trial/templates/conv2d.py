@@ -7,15 +7,16 @@ Knobs (those of the original OpEvo study, plus `pipeline`):
                              kernel columns: outer (shared-memory stage), inner
   auto_unroll_max_step       discrete [0, 125, 256]   auto-unroll budget (0 = off)
   unroll_explicit            choice [0, 1]            unroll in TIR (1) or leave it to the compiler (0)
-  pipeline                   discrete [0, 1, 2]       shared-memory stage: single buffer, double buffer,
-                                                      double buffer filled by cp.async (CUDA sm_80+)
+  pipeline                   discrete [0, 1, 2, 3, 4] shared-memory stage: single buffer, double buffer,
+                                                      2, 3 or 4 buffers filled by cp.async (CUDA sm_80+)
 
 GPU: each thread block owns a tile of the output; per (rc, ry, rx) outer step (one fused loop, so
 the stages can be pipelined across all of them) it stages the input
 window and the filter slice it needs in shared memory (padding folded into the load) and each thread
 accumulates tile_f[1]*tile_f[3] x tile_y[1]*tile_y[3] x tile_x[1]*tile_x[3] outputs in registers.
 CPU: the same tiles; (n, f, y) outer tiles run in parallel, the tile_x[3] columns are vectorised;
-`pipeline` has no CPU meaning.
+`pipeline` has no CPU meaning.  A block whose shared tiles exceed the device's static limit keeps
+them in dynamic shared memory (`shared_scope`), up to the device's opt-in maximum.
 """
 from __future__ import annotations
 
@@ -25,10 +26,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..workload import Workload
-from .common import PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline, unroll
+from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
+                     pipeline_buffers, shared_scope, unroll)
 
 if TYPE_CHECKING:
     import tvm
+
+    from ..target import Target
 
 UNROLL_STEPS = [0, 125, 256]
 
@@ -90,13 +94,14 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     filters = math.prod(f[1:]) * rc * ry * rx
     accumulators = f[1] * f[3] * y[1] * y[3] * x[1] * x[3]
     return {"threads": f[2] * y[2] * x[2], "thread_dims": (x[2], y[2], f[2]),
-            "shared_bytes": (window + filters) * item * (2 if p["pipeline"] else 1),
-            "registers_per_thread": accumulators + 16, "async_copy": p["pipeline"] == 2}
+            "shared_bytes": (window + filters) * item * pipeline_buffers(p["pipeline"]),
+            "registers_per_thread": accumulators + 16, "async_copy": p["pipeline"] >= 2}
 
 
-def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
+def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     from tvm import s_tir
 
+    gpu = target.is_gpu
     sch = s_tir.Schedule(prim_func(wl))
     if wl.dims["PD"] and not gpu:
         sch.compute_inline(sch.get_sblock("pad"))
@@ -120,8 +125,9 @@ def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
             sch.bind(loop, axis)
         threads = [("threadIdx.z", p["tile_f"][2]), ("threadIdx.y", p["tile_y"][2]),
                    ("threadIdx.x", p["tile_x"][2])]
+        scope = shared_scope(target, resources(wl, p)["shared_bytes"])
         for index in (0, 1):
-            shared = sch.cache_read(conv, index, "shared")
+            shared = sch.cache_read(conv, index, scope)
             sch.compute_at(shared, r0)
             cooperative_fetch(sch, shared, loop_depth(sch, conv, r0), threads)
         if wl.dims["PD"]:  # padding folded into the shared load, whose tile is then exact

@@ -10,7 +10,7 @@ Knobs (the original OpEvo study's, with a split-K part, plus three):
   vec     discrete       vector width of the cooperative global-to-shared loads (must divide the
                          contiguous extent of each staged tile and its matrix row: `rules`)
   pipeline discrete      shared-memory stage: 0 single buffer, 1 double buffer (software pipeline:
-                         the next K tile is loaded while the current one is used), 2 double buffer
+                         the next K tile is loaded while the current one is used), 2, 3, 4 buffers
                          filled by asynchronous copies (cp.async, CUDA sm_80 and newer)
 
 GPU: the classic two-level tiling: each thread block owns an X[1:]-by-Y[1:] tile of C, stages
@@ -19,7 +19,8 @@ and K[3]-deep fragments in registers, and accumulates X[1]*X[3]-by-Y[1]*Y[3] val
 Split-K (K[0] > 1) gives a long reduction over few output tiles more thread blocks: each reduces one
 K/K[0] slice into a partial result (TensorIR's rfactor), and a second kernel sums the K[0] partials.
 CPU: the same tiles and split; outer tiles run in parallel, the Y[3] columns are vectorised;
-`pipeline` and `vec` have no CPU meaning.
+`pipeline` and `vec` have no CPU meaning.  A block whose shared tiles exceed the device's static
+limit keeps them in dynamic shared memory (`shared_scope`), up to the device's opt-in maximum.
 """
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ import numpy as np
 
 from ..constraints import Rule
 from ..workload import Workload
-from .common import PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline, unroll
+from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
+                     pipeline_buffers, shared_scope, unroll)
 
 if TYPE_CHECKING:
     import tvm
     from tvm import s_tir
+
+    from ..target import Target
 
 UNROLL_STEPS = [0, 16, 64, 512, 1500]
 VECTOR_WIDTHS = [1, 2, 4]
@@ -90,13 +94,12 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     X, Y, K = p["X"], p["Y"], p["K"]
     item = np.dtype(wl.dtype).itemsize
     k_tile = K[2] * K[3]
-    buffers = 2 if p["pipeline"] else 1
-    shared = (math.prod(X[1:]) + math.prod(Y[1:])) * k_tile * item * buffers
+    shared = (math.prod(X[1:]) + math.prod(Y[1:])) * k_tile * item * pipeline_buffers(p["pipeline"])
     batch_inner = p["B"][1] if wl.op == "bmm" else 1
     accumulators = batch_inner * X[1] * X[3] * Y[1] * Y[3]
     fragments = (X[1] * X[3] + Y[1] * Y[3]) * K[3]
     return {"threads": X[2] * Y[2], "thread_dims": (Y[2], X[2], 1), "shared_bytes": shared,
-            "registers_per_thread": accumulators + fragments + 16, "async_copy": p["pipeline"] == 2}
+            "registers_per_thread": accumulators + fragments + 16, "async_copy": p["pipeline"] >= 2}
 
 
 def rules(wl: Workload) -> list[Rule]:
@@ -121,9 +124,10 @@ def rules(wl: Workload) -> list[Rule]:
 SUM_THREADS = 256  # threads per block of the kernel that sums split-K partials
 
 
-def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
+def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     from tvm import s_tir
 
+    gpu = target.is_gpu
     sch = s_tir.Schedule(prim_func(wl))
     C = sch.get_sblock("C")
     batch = wl.op == "bmm"
@@ -144,7 +148,8 @@ def schedule(wl: Workload, p: dict[str, Any], gpu: bool) -> tvm.IRModule:
     CL = sch.cache_write(main, 0, "local")
     sch.reverse_compute_at(CL, j2)
     if gpu:
-        _gpu(sch, p, main, grid, (i0, j0, i1, j1, i2, j2), (k0, k1))
+        scope = shared_scope(target, resources(wl, p)["shared_bytes"])
+        _gpu(sch, p, main, grid, (i0, j0, i1, j1, i2, j2), (k0, k1), scope)
     else:
         first = sch.fuse(*grid, i0, j0)
         sch.parallel(first)
@@ -174,7 +179,7 @@ def _sum_partials(sch: s_tir.Schedule, C, batch: bool, gpu: bool) -> None:
         sch.parallel(sch.split(element, [None, 64])[0])
 
 
-def _gpu(sch: s_tir.Schedule, p: dict[str, Any], main, grid, tiles, ks) -> None:
+def _gpu(sch: s_tir.Schedule, p: dict[str, Any], main, grid, tiles, ks, scope: str) -> None:
     i0, j0, i1, j1, i2, j2 = tiles
     k0, k1 = ks
     if grid:
@@ -188,7 +193,7 @@ def _gpu(sch: s_tir.Schedule, p: dict[str, Any], main, grid, tiles, ks) -> None:
     depth = loop_depth(sch, main, k0)
     threads = [("threadIdx.y", p["X"][2]), ("threadIdx.x", p["Y"][2])]
     for index in (0, 1):
-        shared = sch.cache_read(main, index, "shared")
+        shared = sch.cache_read(main, index, scope)
         sch.compute_at(shared, k0)
         cooperative_fetch(sch, shared, depth, threads, p["vec"])
     for index in (0, 1):

@@ -1,0 +1,82 @@
+"""What a GPU kernel does with memory, read from the TensorIR that CUDA code generation receives.
+
+`device_module` runs the passes `tvm.compile` runs (the same target, the same PassContext as
+trial/build.py) and stops before code generation, so the tests see every vector access and
+asynchronous copy of the generated CUDA as an index expression that TVM's arithmetic can reason about.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import tvm
+import tvm.sym
+import tvm_ffi
+from tvm.tirx.build import split_host_device_mods
+
+from trial.target import Target
+
+
+@dataclass(frozen=True)
+class VectorAccess:
+    """One vector access: `lanes` elements from `buffer` at element offset `coeff * n + base` for some n."""
+
+    buffer: str
+    lanes: int
+    coeff: int
+    base: int
+
+    @property
+    def aligned(self) -> bool:
+        """Whether every offset the kernel can use is a multiple of the vector width."""
+        return self.coeff % self.lanes == 0 and self.base % self.lanes == 0
+
+
+def device_module(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
+    """The device functions of the scheduled `mod` as CUDA code generation receives them."""
+    tgt = tvm.target.Target(target.target).with_host("llvm")
+    with tvm.transform.PassContext(config={"tirx.use_async_copy": target.async_copy}):
+        lowered = tvm.tirx.get_default_tir_pipeline(tgt)
+        passes, _, finalize_device = lowered
+        _, devices = split_host_device_mods(passes(tvm.tirx.transform.BindTarget(tgt)(mod)))
+        return finalize_device()(next(iter(devices.values())))
+
+
+def vector_accesses(mod: tvm.IRModule) -> list[VectorAccess]:
+    """Every vector load and store (a Ramp index) and every asynchronous copy wider than one element."""
+    analyzer, found = tvm.sym.Analyzer(), []
+
+    def offset(buffer: str, start, lanes: int) -> None:
+        m = analyzer.modular_set(start)
+        found.append(VectorAccess(buffer, lanes, int(m.coeff), int(m.base)))
+
+    def access(node) -> None:  # a BufferStore, or a BufferLoad (a TensorLoad of its source buffer)
+        index = node.indices[-1]
+        if isinstance(index, tvm.tirx.Ramp) and int(index.lanes) > 1:
+            offset((node.buffer if hasattr(node, "buffer") else node.source).name, index.base, int(index.lanes))
+
+    def call(node) -> None:
+        if node.op.name == "tirx.s_tir.cp_async_raw":  # (dst.data, dst offset, src.data, src offset, bytes)
+            dst, dst_offset, src, src_offset, nbytes = node.args
+            dst, src = dst.args[0], src.args[0]  # the buffers behind buffer_data()
+            lanes = int(nbytes) // (tvm.DataType(dst.dtype).bits // 8)
+            if lanes > 1:
+                offset(dst.name, dst_offset, lanes)
+                offset(src.name, src_offset, lanes)
+
+    for func in mod.functions.values():
+        tvm_ffi.structural_walk(func.body, [((tvm.ir.TensorLoad, tvm.tirx.BufferStore), access), (tvm.ir.Call, call)])
+    return found
+
+
+def dynamic_shared_bytes(mod: tvm.IRModule) -> int:
+    """Bytes of the kernels' merged dynamic shared buffer (0 if they use none)."""
+    sizes = []
+
+    def alloc(node) -> None:
+        if node.buffer.scope() == "shared.dyn":
+            sizes.append(math.prod(int(n) for n in node.buffer.shape) * tvm.DataType(node.buffer.dtype).bits // 8)
+
+    for func in mod.functions.values():
+        tvm_ffi.structural_walk(func.body, [(tvm.tirx.AllocBuffer, alloc)])
+    return max(sizes, default=0)
