@@ -36,8 +36,7 @@ def device_module(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     """The device functions of the scheduled `mod` as CUDA code generation receives them."""
     tgt = tvm.target.Target(target.target).with_host("llvm")
     with tvm.transform.PassContext(config={"tirx.use_async_copy": target.async_copy}):
-        lowered = tvm.tirx.get_default_tir_pipeline(tgt)
-        passes, _, finalize_device = lowered
+        passes, _, finalize_device = tvm.tirx.get_default_tir_pipeline(tgt)
         _, devices = split_host_device_mods(passes(tvm.tirx.transform.BindTarget(tgt)(mod)))
         return finalize_device()(next(iter(devices.values())))
 
