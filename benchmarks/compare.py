@@ -175,7 +175,7 @@ def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Pa
     title = f"{wl.name} on {device}" if device else wl.name
     convergence({s["tuner"]: [r.curve for r in runs if r.tuner == s["tuner"]] for s in summary},
                 out / "convergence.png", title,
-                (f"{baseline['library']} FP32", baseline["gflops"]) if baseline else None,
+                (baseline['library'], baseline["gflops"]) if baseline else None,
                 {"metaschedule": [best(r) for r in runs if r.tuner == "metaschedule" and r.final]})
     (out / "runs.json").write_text(json.dumps({"workload": wl.key, "trials": trials, "workers": workers,
                                                "parallel": parallel,

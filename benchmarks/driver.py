@@ -232,7 +232,7 @@ def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = registr
     replaced template (`options.template`, tests) has no rules.  `evaluate` replaces
     `measure(wl, params, options)` (tests).
     """
-    template = templates.load(wl.op, options.template)
+    template = templates.load(wl, options.template)
     target = None if options.template else device(options.target, options.runner)
     instance, twin = make_tuner(tuner, seed, wl, target)
     native = template.search_space(wl)

@@ -122,7 +122,7 @@ def main() -> None:
         print(f"{r['tuner']:8} {r['best_gflops']:12.1f} {r['trials_to_95'] or '-':>7} "
               f"{r['wall_per_trial_s']:8.2f} {ratio:>10}  {r['statuses']}")
     if vendor:
-        print(f"{vendor['library']} FP32 (TF32 off): {vendor['gflops']:.1f} GFLOPS, {vendor['latency_ms']:.4f} ms")
+        print(f"{vendor['library']}: {vendor['gflops']:.1f} GFLOPS, {vendor['latency_ms']:.4f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps({"workload": args.workload, "rows": rows, "vendor": vendor}, indent=1))
 

@@ -2,8 +2,9 @@
 
     python -m benchmarks.gpucheck [--trials 32] [--port 8080] [--json FILE]      (make gpu-check)
 
-1. The hand-picked config of each of the study's eight workloads through the measure path, next to
-   cuBLAS/cuDNN FP32 (TF32 off) timed in the same run.
+1. The hand-picked config of each of the study's eight workloads, and of tensor-core workloads in each
+   element type the GPU has (handpicked.TENSOR_CORE), through the measure path, next to cuBLAS/cuDNN in
+   the same type (FP32 with TF32 off) timed in the same run.
 2. An OpEvo experiment of --trials trials on mm/N512K1024M1024 through `nnictl create`, as a user
    starts one (cold: no warm start from the records), stopped at its end.
 Prints both tables in markdown; exits 1 if a hand-picked config is not `ok` or the experiment
@@ -27,7 +28,7 @@ from trial.target import TargetError
 from trial.workload import parse_name
 
 from .experiments import nnictl_experiment, write_folder
-from .handpicked import HEADER, STUDY, cells, markdown, measure_all
+from .handpicked import HEADER, STUDY, TENSOR_CORE, cells, markdown, measure_all
 
 EXPERIMENT = "mm/N512K1024M1024"
 
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=4, help="the experiment's trialConcurrency (default 4)")
     p.add_argument("--port", type=int, default=8080, help="the experiment's web UI port (default 8080)")
     p.add_argument("--target", default="auto", help="auto (the GPU) or a kind; llvm runs the check on the CPU")
-    p.add_argument("--workloads", nargs="+", default=STUDY, help="hand-picked workloads (default: the study's eight)")
+    p.add_argument("--workloads", nargs="+", help="hand-picked workloads (default: the study's eight and the "
+                                                  "tensor-core ones this GPU can run)")
     p.add_argument("--experiment", default=EXPERIMENT, help=f"the experiment's workload (default {EXPERIMENT})")
     p.add_argument("--json", type=Path, help="also write both tables' data here")
     args = p.parse_args(argv)
@@ -67,9 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         print("gpucheck: no GPU here (TVM found no CUDA or ROCm device); --target llvm checks the CPU",
               file=sys.stderr)
         return 2
+    workloads = args.workloads or [*STUDY, *(w for w in TENSOR_CORE
+                                             if parse_name(w).element.min_arch <= where.cuda_arch)]
     start = time.monotonic()
     print(f"# GPU check on {where.device_name} ({where.label})\n\n## Hand-picked configs\n", flush=True)
-    rows = measure_all(args.workloads, Options(target=args.target))
+    rows = measure_all(workloads, Options(target=args.target))
     print(markdown(HEADER, [cells(r) for r in rows]), flush=True)
     exp = experiment(args.experiment, args.trials, args.concurrency, args.port, args.target)
     vendor = next((r["vendor"]["gflops"] for r in rows if r["workload"] == args.experiment and "vendor" in r), None)

@@ -1,7 +1,8 @@
 """TVM MetaSchedule as a peer of the suite's tuners: same workload, trial budget, target and final timing.
 
 `run` tunes the template's unscheduled TensorIR (`prim_func(wl)`) with `tune_tir` and its defaults
-(evolutionary search, XGBoost cost model, the target's default schedule rules), given the budget as
+(evolutionary search, XGBoost cost model, the target's default schedule rules; its tensor-core rules for
+float16, int8 and float8 on CUDA), given the budget as
 `max_trials_global`.  Its candidates are measured the way MetaSchedule measures them (its own builder
 and runner), but with the suite's repeat settings and under the suite's device lock, and each one is
 reported as a trial.  Its best schedule is then compiled into a library, which the suite verifies
@@ -70,6 +71,15 @@ def _ms_target(target: Any) -> Any:
     else:
         config["num-cores"] = cpu_count(logical=False)
     return tvm.target.Target(config)
+
+
+def _space(wl: Workload, target: Any, ms: Any) -> Any:
+    """MetaSchedule's search space: its tensor-core rules, postprocessors and mutators for a narrow type on
+    CUDA (they are not the target's default), else the default."""
+    if wl.element.mma_k and target.kind == "cuda":
+        return ms.space_generator.PostOrderApply(sch_rules="cuda-tensorcore", postprocs="cuda-tensorcore",
+                                                 mutator_probs="cuda-tensorcore")
+    return "post-order-apply"
 
 
 def _classes() -> tuple[type, type, type]:
@@ -182,11 +192,12 @@ def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Optio
     evaluator = ms.runner.EvaluatorConfig(number=1, repeat=options.repeat, min_repeat_ms=options.min_repeat_ms)
     runner = LockedRunner(ms.runner.LocalRunner(timeout_sec=options.run_timeout_s, evaluator_config=evaluator),
                           target.kind)
-    func = templates.load(op, options.template).prim_func(wl)
+    func = templates.load(wl, options.template).prim_func(wl)
     conn.send(("setup", time.perf_counter() - start))
     try:
         database = ms.tune_tir(func, ms_target, work_dir, max_trials_global=trials,
                                num_trials_per_iter=min(TRIALS_PER_ITER, trials), builder=builder, runner=runner,
+                               space=_space(wl, target, ms),
                                measure_callbacks=[Report(conn, wl.flops, builder, runner),
                                                   *ms.measure_callback.MeasureCallback.create("default")],
                                seed=seed)

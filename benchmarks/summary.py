@@ -58,7 +58,7 @@ def table(summary: list[dict[str, Any]], vendor: dict[str, Any] | None) -> str:
                      f"{ratio} | {s['wall_s']:.1f} | {s['trials_per_s']:.2f} | {s['ok_fraction']:.0%} |")
     notes = []
     if vendor:
-        notes.append(f"Vendor: {vendor['library']} FP32 (TF32 off), {vendor['gflops']:.1f} GFLOPS, "
+        notes.append(f"Vendor: {vendor['library']}, {vendor['gflops']:.1f} GFLOPS, "
                      f"{vendor['latency_ms']:.4f} ms.")
     for s in summary:
         if s["tuner"] == "metaschedule":

@@ -1,4 +1,5 @@
-"""Vendor-library baselines through PyTorch: cuBLAS (mm, bmm) and cuDNN (conv), FP32 with TF32 off.
+"""Vendor-library baselines through PyTorch: cuBLAS (mm, bmm) and cuDNN (conv) in the workload's type and
+layout (FP32 with TF32 off; float16, int8 and float8 e4m3 on tensor cores).
 
 PyTorch is not a dependency of the suite; these baselines run where it is installed (GPU machines).
 The benchmarks call `baseline`, which times the library only where that makes sense and under the
@@ -7,10 +8,12 @@ device lock, with the run's repeat settings.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from trial import devicelock
 from trial.measure import Options
+from trial.verify import int8_bound
 from trial.workload import Workload
 
 
@@ -35,25 +38,18 @@ def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
 
 
 def time_vendor(wl: Workload, repeat: int = Options.repeat,
-                min_repeat_ms: float = Options.min_repeat_ms) -> dict[str, Any]:
-    """Median latency (ms) and GFLOPS of the vendor library on `wl`, on the current CUDA device."""
+                min_repeat_ms: float = Options.min_repeat_ms) -> dict[str, Any] | None:
+    """Median latency (ms) and GFLOPS of the vendor library on `wl`, on the current CUDA device; None where
+    the library has no kernel for it (`_call`)."""
     import torch
-    import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True  # let cuDNN pick its fastest algorithm, as a user would
-    dev = torch.device("cuda")
-    a, b = (torch.rand(s, device=dev, dtype=torch.float32) * 2 - 1 for s in wl.input_shapes)
-    if wl.op == "conv":
-        d = wl.dims
-        fn = lambda: F.conv2d(a, b, stride=d["ST"], padding=d["PD"])  # noqa: E731
-        name = "cuDNN"
-    else:
-        x = a.transpose(-1, -2) if wl.layout[0] == "T" else a
-        y = b.transpose(-1, -2) if wl.layout[1] == "T" else b
-        fn = (lambda: torch.bmm(x, y)) if wl.op == "bmm" else (lambda: torch.mm(x, y))
-        name = "cuBLAS"
+    found = _call(wl, torch)
+    if found is None:
+        return None
+    name, fn = found
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -73,3 +69,37 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat,
         times.append(start.elapsed_time(end) / number)
     ms = statistics.median(times)
     return {"library": name, "latency_ms": ms, "gflops": wl.flops / ms / 1e6}
+
+
+def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
+    """The library's name (with the type) and a call of it on `wl`'s operands in `wl`'s type and layout, or None.
+
+    float32 and float16: torch.mm / torch.bmm (float16 writes float16, as cuBLAS's half GEMM does); int8:
+    torch._int_mm (int32 out); float8 e4m3: torch._scaled_mm with unit scales (float32 out), whose cuBLASLt
+    kernel takes B column-major only, so a PNN B is copied to that layout once, outside the timing.  Neither
+    8-bit call has a batched form.
+    """
+    import torch.nn.functional as F
+
+    dev, e = torch.device("cuda"), wl.element
+    if e.is_integer:
+        bound = int8_bound(wl.reduction)
+        a, b = (torch.randint(-bound, bound + 1, s, device=dev, dtype=torch.int8) for s in wl.input_shapes)
+    else:
+        a, b = ((torch.rand(s, device=dev) * 2 - 1).to(getattr(torch, e.name)) for s in wl.input_shapes)
+    if wl.op == "conv":
+        d = wl.dims
+        return "cuDNN FP32 (TF32 off)", lambda: F.conv2d(a, b, stride=d["ST"], padding=d["PD"])
+    x = a.transpose(-1, -2) if wl.layout[0] == "T" else a
+    y = b.transpose(-1, -2) if wl.layout[1] == "T" else b
+    if e.itemsize == 1 and wl.op == "bmm":
+        return None
+    if e.is_integer:
+        return "cuBLAS int8 (torch._int_mm)", lambda: torch._int_mm(x, y)
+    if e.itemsize == 1:
+        y = y.t().contiguous().t()
+        one = torch.ones((), device=dev)
+        return ("cuBLAS float8 e4m3 (torch._scaled_mm)",
+                lambda: torch._scaled_mm(x, y, scale_a=one, scale_b=one, out_dtype=torch.float32))
+    name = "cuBLAS float16" if e.mma_k else "cuBLAS FP32 (TF32 off)"
+    return name, (lambda: torch.bmm(x, y)) if wl.op == "bmm" else (lambda: torch.mm(x, y))

@@ -68,14 +68,23 @@ def vector_accesses(mod: tvm.IRModule) -> list[VectorAccess]:
     return found
 
 
-def dynamic_shared_bytes(mod: tvm.IRModule) -> int:
-    """Bytes of the kernels' merged dynamic shared buffer (0 if they use none)."""
+def _allocations(mod: tvm.IRModule, scope: str) -> list[int]:
     sizes = []
 
     def alloc(node) -> None:
-        if node.buffer.scope() == "shared.dyn":
+        if node.buffer.scope() == scope:
             sizes.append(math.prod(int(n) for n in node.buffer.shape) * tvm.DataType(node.buffer.dtype).bits // 8)
 
     for func in mod.functions.values():
         tvm_ffi.structural_walk(func.body, [(tvm.tirx.AllocBuffer, alloc)])
-    return max(sizes, default=0)
+    return sizes
+
+
+def dynamic_shared_bytes(mod: tvm.IRModule) -> int:
+    """Bytes of the kernels' merged dynamic shared buffer (0 if they use none)."""
+    return max(_allocations(mod, "shared.dyn"), default=0)
+
+
+def static_shared_bytes(mod: tvm.IRModule) -> int:
+    """Bytes of the kernels' static shared buffers together."""
+    return sum(_allocations(mod, "shared"))

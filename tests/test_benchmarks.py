@@ -135,7 +135,7 @@ def test_make_tuner_builds_the_experiments_tuner_seeded(name):
 
 def test_run_records_every_measurement_and_builtins_get_the_twin_space():
     wl = parse("mm", "N32K32M32")
-    native = SearchSpace.from_json(templates.load("mm").search_space(wl))
+    native = SearchSpace.from_json(templates.load(wl).search_space(wl))
     received = []
 
     def evaluate(params):

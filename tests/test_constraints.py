@@ -17,7 +17,7 @@ SHAPES = [("mm", "N512K1024M1024"), ("mm", "N768K3072M768PTN"), ("mm", "N1000K49
 
 def rules(op, spec, target=GPU):
     wl = parse(op, spec)
-    template = templates.load(op)
+    template = templates.load(wl)
     return wl, template, KernelRules(wl, template, target)
 
 

@@ -27,7 +27,7 @@ WORKLOADS = [("mm", "N512K1024M1024"), ("mm", "N512K1024M4096"), ("mm", "N512K40
 def vectorised_configs(op, spec, target, count, seed=0):
     """`count` configs of the constrained space on `target` that load with vectors (vec > 1)."""
     wl = parse(op, spec)
-    template = templates.load(op)
+    template = templates.load(wl)
     space = ConstrainedSpace.of(SearchSpace.from_json(template.search_space(wl)), KernelRules(wl, template, target))
     rng = random.Random(seed)
     found = [c for c in (space.sample(rng) for _ in range(200)) if c["vec"] > 1][:count]
@@ -56,7 +56,8 @@ def test_vector_widths_the_rule_rejects_would_be_misaligned(spec, config):
     """What the template's vector rule keeps out: a width that does not divide the staged tile's
     contiguous extent (9 rows of A, 6 columns of B here) makes TVM emit vectors that start off their
     alignment (cudaErrorMisalignedAddress on a GPU)."""
-    wl, template = parse("mm", spec), templates.load("mm")
+    wl = parse("mm", spec)
+    template = templates.load(wl)
     with pytest.raises(check.InvalidConfig, match="vec 4 does not divide"):
         check.check(wl, template, config, SM90)
     accesses = vector_accesses(device_module(template.schedule(wl, config, SM90), SM90))
@@ -65,7 +66,8 @@ def test_vector_widths_the_rule_rejects_would_be_misaligned(spec, config):
 
 def test_generated_cuda_uses_the_vectors():
     """The aligned vectors reach the CUDA source: float4 loads, or 16-byte cp.async with `pipeline` >= 2."""
-    wl, template = parse("mm", "N512K1024M1024PTN"), templates.load("mm")
+    wl = parse("mm", "N512K1024M1024PTN")
+    template = templates.load(wl)
     for depth, vector in [(1, "float4"), (2, "cp.async.cg.shared.global [%0], [%1], %2;\"\n    :: \"r\"(dst_addr), \"l\"(src_p), \"n\"(16)")]:
         config = {**template.default_params(wl, True), "vec": 4, "pipeline": depth}
         source = build.build(wl, template, config, SM90).mod.imports[0].inspect_source()
@@ -80,7 +82,8 @@ def test_generated_cuda_uses_the_vectors():
 def test_blocks_beyond_48k_use_dynamic_shared_memory(op, spec, change):
     """Above the static 48 KiB a block's tiles go to dynamic shared memory, as much as the estimate
     says, up to the device's opt-in maximum; a device without opt-in rejects the config."""
-    wl, template = parse(op, spec), templates.load(op)
+    wl = parse(op, spec)
+    template = templates.load(wl)
     config = {**template.default_params(wl, True), **change}
     estimate = template.resources(wl, config)["shared_bytes"]
     assert 48 * 1024 < estimate <= SM90.limits.shared_memory_per_block
@@ -94,7 +97,8 @@ def test_blocks_beyond_48k_use_dynamic_shared_memory(op, spec, change):
 
 def test_shared_memory_limit_is_the_architectures_opt_in():
     """227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_89; one byte more is invalid."""
-    wl, template = parse("mm", "N4096K4096M4096"), templates.load("mm")
+    wl = parse("mm", "N4096K4096M4096")
+    template = templates.load(wl)
     for arch, kib in [("sm_90", 227), ("sm_80", 163), ("sm_89", 99)]:
         target = target_of(arch)
         assert target.limits.shared_memory_per_block == kib * 1024

@@ -36,7 +36,7 @@ def test_every_op_and_layout_verifies(op, spec):
 def test_split_k_verifies_and_adds_a_summing_kernel(op, spec, split):
     """K[0] > 1: each K slice reduced by its own blocks, then summed; the CPU runs the same two stages."""
     wl = parse(op, spec)
-    template = templates.load(op)
+    template = templates.load(wl)
     params = template.default_params(wl, False)
     params["K"] = [split, wl.dims["K"] // split // 4, 2, 2]
     r = measure(wl, params, FAST)
@@ -52,7 +52,7 @@ def test_split_k_verifies_and_adds_a_summing_kernel(op, spec, split):
 def test_random_configs_verify(op, spec):
     """Configs drawn from the whole search space build and compute the right answer."""
     wl = parse(op, spec)
-    space = SearchSpace.from_json(templates.load(op).search_space(wl))
+    space = SearchSpace.from_json(templates.load(wl).search_space(wl))
     rng = random.Random(7)
     for _ in range(3):
         params = space.sample(rng)
@@ -85,7 +85,7 @@ GPU = Target("cuda", {"kind": "cuda", "arch": "sm_90"}, "test GPU", 1,
 ])
 def test_knobs_beyond_gpu_limits_are_invalid(op, spec, change, message):
     wl = parse(op, spec)
-    template = templates.load(op)
+    template = templates.load(wl)
     params = {**template.default_params(wl, True), **change}
     with pytest.raises(check.InvalidConfig, match=message):
         check.check(wl, template, params, GPU)
@@ -96,7 +96,7 @@ def test_pipelined_shared_stages(op, spec):
     """pipeline 1 double-buffers the shared tiles; 2, 3, 4 fill that many with cp.async, only where the GPU
     has it."""
     wl = parse(op, spec)
-    template = templates.load(op)
+    template = templates.load(wl)
     sources, shared = {}, {}
     for depth in PIPELINE_DEPTHS:
         params = {**template.default_params(wl, True), "pipeline": depth}
@@ -124,7 +124,7 @@ def test_gpu_schedules_lower_to_cuda_with_the_estimated_shared_memory(op, spec):
     hand-picked default config and random valid ones alike. The parent rejects knobs on `resources()`
     alone, so it must be what the lowered kernel allocates."""
     wl = parse(op, spec)
-    template = templates.load(op)
+    template = templates.load(wl)
     default = template.default_params(wl, True)
     check.check(wl, template, default, GPU)
     source = build.build(wl, template, default, GPU).mod.imports[0].inspect_source()
@@ -152,7 +152,7 @@ def test_one_element_shared_tiles_build(op, spec, change):
     """A block whose shared tile of an operand is one element (a compile error seen on an H100: the copy
     had no loop left to spread over the threads) builds and keeps its estimated shared memory."""
     wl = parse(op, spec)
-    template = templates.load(op)
+    template = templates.load(wl)
     params = {**template.default_params(wl, True), **change}
     check.check(wl, template, params, GPU)
     source = build.build(wl, template, params, GPU).mod.imports[0].inspect_source()
@@ -196,10 +196,10 @@ def test_device_limits_from_the_cache_reject_gpu_knobs(private_service):
     target.save("cuda", GPU)
     assert target.load("cuda") == GPU
     wl = parse("mm", "N2048K64M2048")
-    params = {**templates.load("mm").default_params(wl, True), "X": [1, 1, 64, 32], "Y": [1, 1, 32, 64]}
+    params = {**templates.load(wl).default_params(wl, True), "X": [1, 1, 64, 32], "Y": [1, 1, 32, 64]}
     r = measure(wl, params, Options(target="cuda"))
     assert r.status == "invalid" and "2048 threads per block > device limit 1024" in r.reason
     assert r.device == "test GPU" and "stages" not in r.extra
     # knobs within the cached limits go to a child, which finds no CUDA device on this machine
-    r = measure(wl, templates.load("mm").default_params(wl, True), Options(target="cuda"))
+    r = measure(wl, templates.load(wl).default_params(wl, True), Options(target="cuda"))
     assert r.status == "invalid" and "no CUDA device" in r.reason and "stages" in r.extra

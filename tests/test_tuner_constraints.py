@@ -19,7 +19,7 @@ PROPOSALS = 500
 def kernel_speed(name, arch):
     """The proposals benchmark's GPU stand-in (`invalid` where the knob check refuses), as a trial's report."""
     wl = parse_name(name)
-    template = templates.load(wl.op)
+    template = templates.load(wl)
     evaluate = stand_in(wl, template, target_of(arch))
     return wl, template, lambda config: evaluate(config).report()
 

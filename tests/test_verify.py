@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from trial.verify import Reference
+from trial.verify import RTOL, Reference, int8_bound, make_inputs, tolerance_scale
 from trial.workload import parse
 
 
@@ -39,3 +39,26 @@ def test_matmul_reference_agrees_and_catches_nan(spec):
     assert ref.check(right.astype(np.float32)) is None
     right[3, 4] = np.nan
     assert "at (3, 4)" in ref.check(right.astype(np.float32))
+
+
+def test_int8_inputs_cannot_overflow_and_are_checked_exactly():
+    assert int8_bound(4096) == 127 and int8_bound(1 << 20) == 45 and 45**2 * (1 << 20) < 2**31
+    wl = parse("mm", "N16K64M32PNT_i8")
+    ref = Reference.of(wl)
+    a, b = (x.astype(np.int64) for x in ref.inputs)
+    right = a @ b.T
+    assert tolerance_scale(wl) == 0 and ref.check(right.astype(np.int32)) is None
+    right[2, 5] += 1
+    assert "at (2, 5)" in ref.check(right.astype(np.int32))
+
+
+def test_float8_inputs_keep_clear_of_zero_and_subnormals():
+    x = make_inputs(parse("mm", "N64K64M64_e4m3"))[0].astype(np.float64)
+    assert np.abs(x).min() >= 2.0**-6 and (x < 0).any() and (x > 0).any()
+
+
+def test_tensor_core_tolerances_follow_the_accumulation():
+    """float16: only the float32 accumulation (K * 2^-23); float8: plus one MMA's 13-bit sums."""
+    assert tolerance_scale(parse("mm", "N16K1024M16_f16")) == 1024 * 2.0**-23
+    assert tolerance_scale(parse("mm", "N16K1024M16_e4m3")) == 32 * 2.0**-13 + 1024 * 2.0**-23
+    assert tolerance_scale(parse("mm", "N16K1024M16")) == RTOL

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from trial.workload import SpecError, parse
@@ -35,4 +37,32 @@ def test_shapes_follow_layout():
 ])
 def test_bad_specs_say_what_is_wrong(op, spec, message):
     with pytest.raises(SpecError, match=message):
+        parse(op, spec)
+
+
+@pytest.mark.parametrize("op,spec,dtype,out,key", [
+    ("mm", "N512K1024M1024_f16", "float16", "float32", "mm/N512K1024M1024PNN_f16"),
+    ("bmm", "B960N128K64M128PNT_f16", "float16", "float32", "bmm/B960N128K64M128PNT_f16"),
+    ("mm", "N512K1024M1024PNT_i8", "int8", "int32", "mm/N512K1024M1024PNT_i8"),
+    ("mm", "N512K1024M1024_e4m3", "float8_e4m3fn", "float32", "mm/N512K1024M1024PNN_e4m3"),
+    ("mm", "N512K1024M1024", "float32", "float32", "mm/N512K1024M1024PNN"),
+])
+def test_a_suffix_names_the_element_type(op, spec, dtype, out, key):
+    wl = parse(op, spec)
+    assert (wl.dtype, wl.out_dtype, wl.key) == (dtype, out, key)
+    assert parse(op, key.split("/")[1]).key == key
+    inputs = sum(a * b for a, b in (s[-2:] for s in wl.input_shapes)) * wl.dims.get("B", 1)
+    assert wl.buffer_bytes == inputs * wl.element.itemsize + 4 * wl.dims.get("B", 1) * wl.dims["N"] * wl.dims["M"]
+
+
+@pytest.mark.parametrize("op,spec,message", [
+    ("mm", "N512K1024M1024_bf16", "unknown element type _bf16; expected one of _f16, _i8, _e4m3"),
+    ("mm", "N500K1024M1024_f16", "N=500 is not a multiple of 16 (pad the operands)"),
+    ("mm", "N512K48M1024_i8", "K=48 is not a multiple of 32"),
+    ("mm", "N512K1024M1024PTN_i8", "read A untransposed (PNN or PNT), not PTN"),
+    ("bmm", "B70000N16K16M16_f16", "70000 batches exceed the 65535 thread blocks"),
+    ("conv", "N1C3HW8F4K3ST1PD1_f16", "expected the form"),
+])
+def test_tensor_core_specs_that_cannot_be_tiled_are_refused(op, spec, message):
+    with pytest.raises(SpecError, match=re.escape(message)):
         parse(op, spec)

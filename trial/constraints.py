@@ -2,9 +2,10 @@
 the tuners (which hold no device: an experiment's config gives them its limits).
 
 A template reports what one thread block of its GPU schedule uses (`resources(wl, params)`: threads,
-thread extents per axis, shared bytes, registers per thread, asynchronous copies) and may declare
-rules of its own (`rules(wl)`, e.g. a vector width that must divide a tile).  `KernelRules` checks
-both against a device's limits; it is the `searchspace.Constraints` of the template's space there.
+thread extents per axis, shared bytes, registers per thread, asynchronous copies, the oldest CUDA
+architecture with its tensor-core instructions) and may declare rules of its own (`rules(wl)`, e.g. a
+vector width that must divide a tile).  `KernelRules` checks both against a device's limits; it is the
+`searchspace.Constraints` of the template's space there.
 """
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def device_rules(target: Target) -> list[Rule]:
     return [
         Rule(lambda r, c: float(bool(r.get("async_copy")) and not target.async_copy), 0.0,
              lambda r, c: f"asynchronous copies (cp.async) need CUDA sm_80 or newer, not {target.device_name}"),
+        Rule(lambda r, c: float(r.get("min_cuda_arch", 0) > target.cuda_arch), 0.0,
+             lambda r, c: f"these tensor-core instructions need CUDA sm_{r['min_cuda_arch']} or newer, "
+                          f"not {target.device_name}"),
         Rule(lambda r, c: r["threads"], lim.max_threads_per_block,
              lambda r, c: f"{r['threads']} threads per block > device limit {lim.max_threads_per_block}"),
         *dims,

@@ -27,6 +27,12 @@ class Timing:
                 "latency_std_ms": self.std_s * 1e3, "extra": {"repeats_ms": [r * 1e3 for r in self.repeats]}}
 
 
+def _unwritten(dtype: str) -> float | int:
+    """What the output holds before the kernel runs: a value no correct result takes (NaN, or int32's
+    minimum, beyond the sums that verify.int8_bound allows)."""
+    return np.iinfo(dtype).min if np.dtype(dtype).kind == "i" else np.nan
+
+
 class WrongResult(RuntimeError):
     """The kernel ran but its output does not match the reference."""
 
@@ -43,7 +49,7 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
     """
     wl = reference.wl
     args = args or [tvm.runtime.tensor(x, dev) for x in reference.inputs]
-    out = tvm.runtime.tensor(np.full(wl.output_shape, np.nan, dtype=wl.dtype), dev)
+    out = tvm.runtime.tensor(np.full(wl.output_shape, _unwritten(wl.out_dtype), dtype=wl.out_dtype), dev)
     mod["main"](*args, out)
     dev.sync()
     problem = reference.check(out.numpy())

@@ -74,9 +74,14 @@ class Target:
         return f"{self.kind} {self.target.get('arch') or self.target.get('mcpu', '')}".strip()
 
     @property
+    def cuda_arch(self) -> int:
+        """The CUDA compute capability as a number (sm_90 -> 90; sm_90a -> 90), 0 for other kinds."""
+        return int(self.target["arch"].removeprefix("sm_").rstrip("a")) if self.kind == "cuda" else 0
+
+    @property
     def async_copy(self) -> bool:
         """Whether kernels can copy global to shared memory asynchronously (cp.async: CUDA sm_80+)."""
-        return self.kind == "cuda" and int(self.target["arch"].removeprefix("sm_").rstrip("a")) >= 80
+        return self.cuda_arch >= 80
 
     @property
     def device_type(self) -> str:

@@ -1,10 +1,12 @@
 """Workload specs: the shape of one operator instance, parsed from names like `N512K1024M1024`.
 
 Grammar (all numbers are positive integers of at most 9 ASCII digits; PD may be 0):
-  mm    N<n>K<k>M<m>[P<layout>]            C[n, m] = sum_k A[n, k] * B[k, m]
-  bmm   B<b>N<n>K<k>M<m>[P<layout>]        the same for each of b batches
-  conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>   NCHW direct convolution, square image and kernel
+  mm    N<n>K<k>M<m>[P<layout>][_<type>]       C[n, m] = sum_k A[n, k] * B[k, m]
+  bmm   B<b>N<n>K<k>M<m>[P<layout>][_<type>]   the same for each of b batches
+  conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>       NCHW direct convolution, square image and kernel
 <layout> is two letters, N (as above) or T (transposed), for A then B: PNN (default), PNT, PTN, PTT.
+<type> is the inputs' element type (trial/dtypes.py): none for float32, f16 (float16, float32
+accumulation), i8 (int8, int32 accumulation) or e4m3 (float8 e4m3, float32 accumulation).
 """
 from __future__ import annotations
 
@@ -12,17 +14,20 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from .dtypes import BY_SUFFIX, DTYPES, DType, numpy_dtype
+
 OPS = ("mm", "bmm", "conv")
 
 _PATTERNS = {
-    "mm": re.compile(r"N(?P<N>[0-9]+)K(?P<K>[0-9]+)M(?P<M>[0-9]+)(?:P(?P<layout>[NT]{2}))?"),
-    "bmm": re.compile(r"B(?P<B>[0-9]+)N(?P<N>[0-9]+)K(?P<K>[0-9]+)M(?P<M>[0-9]+)(?:P(?P<layout>[NT]{2}))?"),
+    "mm": re.compile(r"N(?P<N>[0-9]+)K(?P<K>[0-9]+)M(?P<M>[0-9]+)(?:P(?P<layout>[NT]{2}))?(?:_(?P<dtype>[a-z0-9]+))?"),
+    "bmm": re.compile(r"B(?P<B>[0-9]+)N(?P<N>[0-9]+)K(?P<K>[0-9]+)M(?P<M>[0-9]+)(?:P(?P<layout>[NT]{2}))?(?:_(?P<dtype>[a-z0-9]+))?"),
     "conv": re.compile(r"N(?P<N>[0-9]+)C(?P<C>[0-9]+)HW(?P<HW>[0-9]+)F(?P<F>[0-9]+)K(?P<K>[0-9]+)ST(?P<ST>[0-9]+)PD(?P<PD>[0-9]+)"),
 }
 MAX_DIGITS = 9
 MAX_SPEC_CHARS = 100
 MAX_ELEMENTS = 2**31 - 1
 """Elements of any one tensor: the templates index buffers with 32-bit integers, as TVM does by default."""
+MAX_GRID_Z = 65535  # thread blocks along blockIdx.z, which the tensor-core bmm gives the batches
 _EXAMPLES = {"mm": "N512K1024M1024PNT", "bmm": "B960N128K128M64PNN", "conv": "N512C3HW227F64K11ST4PD0"}
 
 
@@ -50,7 +55,18 @@ class Workload:
         d = self.dims
         if self.op == "conv":
             return f"conv/N{d['N']}C{d['C']}HW{d['HW']}F{d['F']}K{d['K']}ST{d['ST']}PD{d['PD']}"
-        return f"{self.op}/" + "".join(f"{k}{v}" for k, v in d.items()) + f"P{self.layout}"
+        suffix = self.element.suffix
+        return f"{self.op}/" + "".join(f"{k}{v}" for k, v in d.items()) + f"P{self.layout}" + (suffix and f"_{suffix}")
+
+    @property
+    def element(self) -> DType:
+        """The inputs' element type and how it is accumulated."""
+        return DTYPES[self.dtype]
+
+    @property
+    def out_dtype(self) -> str:
+        """The output's element type: the accumulation type."""
+        return self.element.acc
 
     @property
     def out_hw(self) -> int:
@@ -82,12 +98,18 @@ class Workload:
     @property
     def buffer_bytes(self) -> int:
         """Bytes of the inputs and the output together: what one measurement holds on the device."""
-        itemsize = 4 if self.dtype == "float32" else 2
-        return itemsize * sum(math.prod(shape) for shape in (*self.input_shapes, self.output_shape))
+        inputs = sum(math.prod(shape) for shape in self.input_shapes)
+        return self.element.itemsize * inputs + numpy_dtype(self.out_dtype).itemsize * math.prod(self.output_shape)
+
+    @property
+    def reduction(self) -> int:
+        """Products summed into each output element: K, or C*K*K for a convolution."""
+        d = self.dims
+        return d["C"] * d["K"] ** 2 if self.op == "conv" else d["K"]
 
     @property
     def flops(self) -> int:
-        """Floating-point operations of one run (a multiply-add counts as two)."""
+        """Arithmetic operations of one run (a multiply-add counts as two), floating-point or integer."""
         d = self.dims
         if self.op == "conv":
             return 2 * d["N"] * d["F"] * self.out_hw ** 2 * d["C"] * d["K"] ** 2
@@ -107,6 +129,10 @@ def parse(op: str, spec: str) -> Workload:
                         f"(see `python -m trial --help` for the grammar)")
     groups = m.groupdict()
     layout = groups.pop("layout", None) or "NN"
+    suffix = groups.pop("dtype", None) or ""
+    if suffix not in BY_SUFFIX:
+        raise SpecError(f"bad {op} spec {spec!r}: unknown element type _{suffix}; expected one of "
+                        f"{', '.join('_' + s for s in BY_SUFFIX if s)} (none for float32)")
     long = [k for k, v in groups.items() if len(v) > MAX_DIGITS]
     if long:
         raise SpecError(f"bad {op} spec {spec!r}: {long[0]} has more than {MAX_DIGITS} digits")
@@ -115,7 +141,9 @@ def parse(op: str, spec: str) -> Workload:
     for k, v in dims.items():
         if v <= 0 and k not in allowed_zero:
             raise SpecError(f"bad {op} spec {spec!r}: {k} must be positive, got {v}")
-    wl = Workload(op, spec, dims, layout if op != "conv" else "NCHW")
+    wl = Workload(op, spec, dims, layout if op != "conv" else "NCHW", BY_SUFFIX[suffix].name)
+    if wl.element.mma_k:
+        _check_tensor_core(wl)
     if op == "conv":
         if dims["K"] > dims["HW"] + 2 * dims["PD"]:
             raise SpecError(f"bad conv spec {spec!r}: kernel {dims['K']} is larger than the padded "
@@ -126,6 +154,23 @@ def parse(op: str, spec: str) -> Workload:
             raise SpecError(f"bad {op} spec {spec!r}: {what} would hold {'x'.join(map(str, shape))} = "
                             f"{math.prod(shape):,} elements, more than the {MAX_ELEMENTS:,} a 32-bit index reaches")
     return wl
+
+
+def _check_tensor_core(wl: Workload) -> None:
+    """The shapes the tensor-core template tiles exactly: whole 16x16 output tiles, whole MMA k-steps,
+    and, for 8-bit types, A not transposed (TVM has no transposing 8-bit ldmatrix for A)."""
+    d, e = wl.dims, wl.element
+    need = {"N": 16, "M": 16, "K": e.mma_k}
+    odd = [f"{k}={d[k]} is not a multiple of {n}" for k, n in need.items() if d[k] % n]
+    if odd:
+        raise SpecError(f"bad {wl.op} spec {wl.spec!r}: {e.name} tensor-core kernels need N and M multiples of 16 "
+                        f"and K a multiple of {e.mma_k}: {', '.join(odd)} (pad the operands)")
+    if e.itemsize == 1 and wl.layout[0] == "T":
+        raise SpecError(f"bad {wl.op} spec {wl.spec!r}: {e.name} tensor-core kernels read A untransposed "
+                        f"(PNN or PNT), not P{wl.layout}")
+    if d.get("B", 1) > MAX_GRID_Z:
+        raise SpecError(f"bad {wl.op} spec {wl.spec!r}: {d['B']} batches exceed the {MAX_GRID_Z} thread blocks "
+                        f"a tensor-core bmm can give them")
 
 
 def parse_name(name: str) -> Workload:

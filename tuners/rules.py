@@ -47,7 +47,7 @@ class TargetRules:
         return self._target
 
     def of(self, space: SearchSpace) -> KernelRules:
-        template = templates.load(self.wl.op)
+        template = templates.load(self.wl)
         expected = list(template.search_space(self.wl))
         if space.names != expected:
             raise ValueError(f"with target, the search space must be {self.wl.name}'s template's "

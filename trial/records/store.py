@@ -165,4 +165,4 @@ def decode_metric(data: str) -> Any:
 
 def fits_template(wl: Workload) -> Callable[[Any], bool]:
     """Whether recorded knobs fit the op's template as it is now: records outlive knob changes."""
-    return SearchSpace.from_json(templates.load(wl.op).search_space(wl)).contains
+    return SearchSpace.from_json(templates.load(wl).search_space(wl)).contains

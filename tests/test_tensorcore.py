@@ -1,0 +1,105 @@
+"""Tensor-core matmul and bmm (float16, int8, float8 e4m3): verified on the CPU in each type, and lowered
+to CUDA MMA code for GPUs this machine need not have, with every tuner proposing only runnable kernels."""
+import random
+
+import pytest
+from tuner_harness import FakeNNI, make_tuner, no_checkpoint_dir  # noqa: F401
+
+from benchmarks.proposals import stand_in
+from searchspace import ConstrainedSpace, SearchSpace
+from trial import build, check, templates
+from trial.archs import target_of
+from trial.constraints import KernelRules
+from trial.measure import Options, measure
+from trial.templates import tensorcore
+from trial.workload import parse, parse_name
+from tuners.gbfs import GBFSTuner
+from tuners.na2c import NA2CTuner
+from tuners.opevo import OpEvoTuner
+
+from cuda_kernels import device_module, dynamic_shared_bytes, static_shared_bytes
+
+FAST = Options(target="llvm", min_repeat_ms=1)
+SM90, SM80 = target_of("sm_90"), target_of("sm_80")
+SMALL = [("mm", f"N32K64M48P{lay}_f16") for lay in ("NN", "NT", "TN", "TT")] + \
+        [("bmm", "B3N16K32M32PTN_f16"), ("mm", "N32K64M16_i8"), ("mm", "N16K96M32PNT_i8"),
+         ("mm", "N48K64M16_e4m3"), ("bmm", "B2N16K64M32PNT_e4m3")]
+GPU = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTT_f16", "bmm/B960N128K64M128PNT_f16",
+       "mm/N512K1024M1024_i8", "mm/N512K1024M1024PNT_i8", "mm/N512K1024M1024PNT_e4m3"]
+
+
+def valid_configs(wl, target, count, seed=0):
+    template = templates.load(wl)
+    space = ConstrainedSpace.of(SearchSpace.from_json(template.search_space(wl)), KernelRules(wl, template, target))
+    rng = random.Random(seed)
+    return [template.default_params(wl, True), *(space.sample(rng) for _ in range(count))]
+
+
+def test_narrow_types_get_the_tensor_core_template():
+    assert templates.load(parse("mm", "N32K32M32_f16")) is tensorcore
+    assert templates.load(parse("bmm", "B2N32K32M32_e4m3")) is tensorcore
+    assert templates.load(parse("mm", "N32K32M32")) is not tensorcore
+
+
+@pytest.mark.parametrize("op,spec", SMALL)
+def test_every_type_and_layout_verifies_on_the_cpu(op, spec):
+    """The hand-picked config and a random one compute the right answer in the workload's type, checked
+    against the float64 reference within the type's tolerance (exactly for int8)."""
+    wl = parse(op, spec)
+    space = SearchSpace.from_json(tensorcore.search_space(wl))
+    for params in (None, space.sample(random.Random(1))):
+        r = measure(wl, params, FAST)
+        assert r.status == "ok", (params, r.reason)
+        assert r.gflops > 0
+
+
+@pytest.mark.parametrize("name", GPU)
+def test_tensor_core_kernels_lower_to_mma_with_the_estimated_shared_memory(name):
+    """The default and random valid configs tensorize and lower to CUDA for sm_90: ldmatrix into
+    fragments, mma.sync of the type's shape, cp.async where `pipeline` >= 2, and exactly the shared
+    memory (padded rows, pipeline buffers) that `resources` declares, dynamic beyond 48 KiB."""
+    wl = parse_name(name)
+    shape = "m16n8k16" if wl.dtype == "float16" else "m16n8k32"
+    for params in valid_configs(wl, SM90, 3):
+        mod = tensorcore.schedule(wl, params, SM90)
+        source = build.build(wl, tensorcore, params, SM90).mod.imports[0].inspect_source()
+        assert f"mma.sync.aligned.{shape}" in source and "ldmatrix" in source, params
+        assert ("cp.async" in source) == (params["pipeline"] >= 2), params
+        lowered = device_module(mod, SM90)
+        estimate = tensorcore.resources(wl, params)["shared_bytes"]
+        assert static_shared_bytes(lowered) + dynamic_shared_bytes(lowered) == estimate, params
+
+
+@pytest.mark.parametrize("name", ["mm/N512K1024M1024_f16", "mm/N512K1024M1024PNT_i8"])
+def test_blocks_beyond_48k_keep_their_tiles_in_dynamic_shared_memory(name):
+    wl = parse_name(name)
+    params = {"K": [wl.dims["K"] // wl.element.mma_k // 4, 2, 2], "X": [4, 2, 4], "Y": [8, 2, 4], "pad": 1,
+              "unroll": 0, "pipeline": 4}
+    estimate = tensorcore.resources(wl, params)["shared_bytes"]
+    assert estimate > 48 * 1024
+    check.check(wl, tensorcore, params, SM90)
+    assert dynamic_shared_bytes(device_module(tensorcore.schedule(wl, params, SM90), SM90)) == estimate
+
+
+def test_the_devices_tensor_cores_decide_what_is_valid():
+    f16, e4m3 = parse_name("mm/N512K1024M1024_f16"), parse_name("mm/N512K1024M1024PNT_e4m3")
+    assert not KernelRules(f16, tensorcore, SM80).problems(tensorcore.default_params(f16, True))
+    assert any("need CUDA sm_89" in p for p in KernelRules(e4m3, tensorcore, SM80).problems(
+        tensorcore.default_params(e4m3, True)))
+    sm75 = KernelRules(f16, tensorcore, target_of("sm_75")).problems({**tensorcore.default_params(f16, True),
+                                                                       "pipeline": 1})
+    assert sm75 == ["these tensor-core instructions need CUDA sm_80 or newer, not any sm_75 GPU"]
+    uneven = {**tensorcore.default_params(f16, True), "X": [8, 4, 1], "Y": [64, 1, 1], "K": [64, 1, 1]}
+    assert any("B's 16x16 shared tile is not a whole number of 128 threads x 8 elements" in p
+               for p in KernelRules(f16, tensorcore, SM90).problems(uneven))
+
+
+@pytest.mark.parametrize("name", ["mm/N512K1024M1024_f16", "bmm/B960N128K64M128PNT_f16", "mm/N512K4096M1024PNT_i8"])
+@pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
+def test_every_proposal_is_a_tensor_core_kernel_the_device_runs(cls, name):
+    wl = parse_name(name)
+    evaluate = stand_in(wl, tensorcore, SM90)
+    tuner = make_tuner(cls, tensorcore.search_space(wl), workload=name, target="sm_90", seed=1)
+    run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=8).run(500)
+    failed = sum(outcome is None for outcome in run.outcomes)
+    assert len(run.proposed) == 500 and failed <= 5, f"{failed} of 500 proposals broke the device's rules"

@@ -1,0 +1,226 @@
+"""Matmul and batched matmul on tensor cores: float16, int8 or float8 e4m3 inputs, float32 or int32
+accumulation (trial/dtypes.py), in the layouts trial/workload.py allows for the type.
+
+Knobs (in 16x16 output tiles, and in k-steps of one MMA: 16 products for float16, 32 for 8-bit types):
+  X        factor [N/16, 3]  rows: block, warp, tiles per warp
+  Y        factor [M/16, 3]  columns: block, warp, tiles per warp
+  K        factor [K/k, 3]   reduction: shared-memory stage, register stage, k-steps per register load
+  pad      discrete [0, 1]   1 pads each shared row to a stride of 16 bytes past a multiple of 64, so the
+                             eight 16-byte rows one ldmatrix reads fall in different banks
+  unroll   discrete          auto-unroll budget of the loops inside a thread block (0 = off)
+  pipeline discrete          as in matmul.py: 0 single buffer, 1 double buffer, 2-4 cp.async buffers
+
+GPU (TVM's MMA intrinsics, tvm.s_tir.tensor_intrin.cuda): each thread block owns a 16*X[1]*X[2] by
+16*Y[1]*Y[2] tile of C and has X[1]*Y[1] warps; each warp keeps X[2]-by-Y[2] 16x16 accumulators in
+registers (mma.sync m16n8k16 for float16, m16n8k32 for 8-bit), loads its fragments from shared memory
+with ldmatrix, and stores the accumulators straight to C.  The block's A and B tiles are copied to
+shared memory with 16-byte vectors spread over all its threads.  Batches (bmm) go to blockIdx.z.
+CPU: a plain schedule over 16x16 tiles in the same types (the knobs have no CPU meaning), so that the
+results are verified without a GPU.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..constraints import Rule
+from ..workload import Workload
+from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
+                     pipeline_buffers, shared_scope, unroll)
+from .matmul import UNROLL_STEPS
+
+if TYPE_CHECKING:
+    import tvm
+    from tvm import s_tir
+
+    from ..target import Target
+
+TILE = 16  # rows and columns of one MMA output tile
+WARP = 32
+VECTOR_BYTES = 16  # one global-to-shared copy per thread: a 16-byte vector (cp.async's widest)
+BANK_PERIOD, ROW_SKEW = 64, 16  # padded shared rows start 16 bytes past a multiple of 64 bytes
+
+
+def search_space(wl: Workload) -> dict[str, Any]:
+    d = wl.dims
+    return {"K": factor_knob(d["K"] // wl.element.mma_k, 3), "X": factor_knob(d["N"] // TILE, 3),
+            "Y": factor_knob(d["M"] // TILE, 3), "pad": {"_type": "discrete", "_value": [0, 1]},
+            "unroll": {"_type": "discrete", "_value": UNROLL_STEPS},
+            "pipeline": {"_type": "discrete", "_value": PIPELINE_DEPTHS}}
+
+
+def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
+    """A hand-picked config: 64x64 block tiles of 2x2 warps, 32x32 per warp, two k-steps per register
+    load, four cp.async buffers (the best of a handful tried on an H100 for mm/N512K1024M1024_f16)."""
+    d = wl.dims
+    return {"K": greedy_split(d["K"] // wl.element.mma_k, [1, 2]), "X": greedy_split(d["N"] // TILE, [2, 2]),
+            "Y": greedy_split(d["M"] // TILE, [2, 2]), "pad": 1, "unroll": 0, "pipeline": 4 if gpu else 0}
+
+
+def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
+    from tvm import te
+
+    a_shape, b_shape = wl.input_shapes
+    A = te.placeholder(a_shape, wl.dtype, name="A")
+    B = te.placeholder(b_shape, wl.dtype, name="B")
+    k = te.reduce_axis((0, wl.dims["K"]), name="k")
+    trans_a, trans_b = (c == "T" for c in wl.layout)
+
+    def body(*idx):
+        *batch, i, j = idx
+        a = A[(*batch, k, i)] if trans_a else A[(*batch, i, k)]
+        b = B[(*batch, j, k)] if trans_b else B[(*batch, k, j)]
+        return te.sum(a.astype(wl.out_dtype) * b.astype(wl.out_dtype), axis=k)
+
+    return te.create_prim_func([A, B, te.compute(wl.output_shape, body, name="C")])
+
+
+def _tiles(wl: Workload, p: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """(rows, contiguous columns) of each operand's shared tile, as stored in memory."""
+    k_tile = wl.element.mma_k * p["K"][1] * p["K"][2]
+    rows, cols = TILE * p["X"][1] * p["X"][2], TILE * p["Y"][1] * p["Y"][2]
+    a = (k_tile, rows) if wl.layout[0] == "T" else (rows, k_tile)
+    b = (cols, k_tile) if wl.layout[1] == "T" else (k_tile, cols)
+    return {"A": a, "B": b}
+
+
+def _row_pad(wl: Workload, cols: int) -> tuple[int, int, int]:
+    """storage_align's (factor, offset) in elements, and the padded row stride of `cols` elements."""
+    item = wl.element.itemsize
+    factor, offset = BANK_PERIOD // item, ROW_SKEW // item
+    return factor, offset, cols + (offset - cols) % factor
+
+
+def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
+    """What one thread block uses: warps of 32 threads, padded shared tiles, fragment registers."""
+    warps = p["X"][1] * p["Y"][1]
+    stride = (lambda c: _row_pad(wl, c)[2]) if p["pad"] else (lambda c: c)
+    shared = sum(r * stride(c) for r, c in _tiles(wl, p).values()) * wl.element.itemsize
+    fragments = 4 * p["K"][2] * (p["X"][2] + p["Y"][2])  # a 16x16 (or 16x32 8-bit) fragment: 4 per thread
+    return {"threads": WARP * warps, "thread_dims": (WARP, warps, 1),
+            "shared_bytes": shared * pipeline_buffers(p["pipeline"]),
+            "registers_per_thread": 8 * p["X"][2] * p["Y"][2] + fragments + 24,
+            "async_copy": p["pipeline"] >= 2, "min_cuda_arch": wl.element.min_arch}
+
+
+def rules(wl: Workload) -> list[Rule]:
+    """Each shared tile is copied in whole 16-byte vectors by every thread of the block alike."""
+    vec = VECTOR_BYTES // wl.element.itemsize
+
+    def misfits(r: dict[str, Any], c: dict[str, Any]) -> list[str]:
+        step = r["threads"] * vec
+        return [f"{name}'s {rows}x{cols} shared tile is not a whole number of {r['threads']} threads x {vec} elements"
+                for name, (rows, cols) in _tiles(wl, c).items() if (rows * cols) % step]
+
+    return [Rule(lambda r, c: float(bool(misfits(r, c))), 0.0, lambda r, c: "; ".join(misfits(r, c)), grows=False)]
+
+
+def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(prim_func(wl))
+    if target.is_gpu:
+        _gpu(sch, wl, p, shared_scope(target, resources(wl, p)["shared_bytes"]))
+    else:
+        _cpu(sch, wl)
+    return sch.mod
+
+
+def _cpu(sch: s_tir.Schedule, wl: Workload) -> None:
+    C = sch.get_sblock("C")
+    *b, i, j, k = sch.get_loops(C)
+    i0, i1 = sch.split(i, [None, TILE])
+    j0, j1 = sch.split(j, [None, TILE])
+    sch.reorder(i0, j0, k, i1, j1)
+    sch.parallel(sch.fuse(*b, i0, j0))
+    sch.vectorize(j1)
+    sch.decompose_reduction(C, k)
+
+
+def _fragment_map(rows: int, cols: int, batched: bool):
+    """The index map from a warp buffer of (rows x cols)-element fragments to (thread, register) pairs."""
+    from tvm.s_tir.tensor_intrin import cuda
+
+    layout = {(16, 16): cuda.shared_16x16_to_ldmatrix_32x8_layout, (16, 32): cuda.shared_16x32_to_ldmatrix_32x16_layout,
+              (32, 16): cuda.shared_32x16_to_ldmatrix_32x16_layout}[rows, cols]
+    if batched:
+        return lambda b, i, j: (b, i // rows, j // cols, *layout(i % rows, j % cols))
+    return lambda i, j: (i // rows, j // cols, *layout(i % rows, j % cols))
+
+
+def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], scope: str) -> None:
+    from tvm.s_tir.tensor_intrin import cuda
+
+    e, batched = wl.element, wl.op == "bmm"
+    trans_a, trans_b = (c == "T" for c in wl.layout)
+    intrins = cuda.get_mma_intrin_group(scope, "global", e.name, e.acc, trans_a, trans_b,
+                                        not_use_mma_store_intrinic=False)
+    _register_dynamic_loads(intrins, e.name, scope)
+    C = sch.get_sblock("C")
+    *b, i, j, k = sch.get_loops(C)
+    i, i_tc = sch.split(i, [None, TILE])
+    j, j_tc = sch.split(j, [None, TILE])
+    k, k_tc = sch.split(k, [None, e.mma_k])
+    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)  # one MMA tile per iteration of the loops above
+    i0, i2, i3 = sch.split(i, p["X"])
+    j0, j2, j3 = sch.split(j, p["Y"])
+    k0, k1, k2 = sch.split(k, p["K"])
+    sch.reorder(i0, j0, i2, j2, k0, k1, i3, j3, k2)
+    if batched:
+        sch.bind(b[0], "blockIdx.z")
+    sch.bind(i0, "blockIdx.y")
+    sch.bind(j0, "blockIdx.x")
+    warp = sch.fuse(i2, j2)
+    sch.bind(warp, "threadIdx.y")
+    threads = [("threadIdx.y", p["X"][1] * p["Y"][1]), ("threadIdx.x", WARP)]
+    for index in (0, 1):
+        _fetch(sch, wl, sch.cache_read(outer, index, scope), k0, threads, p["pad"])
+    fragments = {"A": (e.mma_k, TILE) if trans_a else (TILE, e.mma_k),
+                 "B": (TILE, e.mma_k) if trans_b else (e.mma_k, TILE)}
+    loads = {}
+    for index, (name, (rows, cols)) in enumerate(fragments.items()):
+        frag = sch.cache_read(outer, index, "warp")
+        sch.compute_at(frag, k1)
+        loads[f"load_{name.lower()}"] = _tile_loops(sch, frag, rows, cols)
+        sch.transform_layout(frag, ("write", 0), _fragment_map(rows, cols, batched))
+    acc = sch.cache_write(outer, 0, "warp")
+    sch.reverse_compute_at(acc, warp)
+    store = _tile_loops(sch, acc, TILE, TILE)
+    sch.transform_layout(acc, ("read", 0), _fragment_map(TILE, TILE, batched))
+    sch.decompose_reduction(outer, k0)
+    for intrin, loop in {**loads, "compute": sch.get_loops(C)[-3], "init": sch.get_loops(sch.get_sblock("C_init"))[-2],
+                         "store": store}.items():
+        sch.tensorize(loop, intrins[intrin])
+    pipeline(sch, k0, p["pipeline"])
+    unroll(sch, sch.get_loops(outer)[0], p["unroll"])
+
+
+def _fetch(sch: s_tir.Schedule, wl: Workload, block, k0, threads: list[tuple[str, int]], pad: int) -> None:
+    """Copy a shared tile at the top of `k0` with 16-byte vectors, all threads taking consecutive ones in
+    turn; with `pad`, skew its rows across the banks."""
+    sch.compute_at(block, k0)
+    cooperative_fetch(sch, block, loop_depth(sch, block, k0), threads, VECTOR_BYTES // wl.element.itemsize)
+    if pad:
+        factor, offset, _ = _row_pad(wl, 0)
+        sch.storage_align(block, 0, axis=-2, factor=factor, offset=offset)
+
+
+def _tile_loops(sch: s_tir.Schedule, block, rows: int, cols: int):
+    """Split `block`'s last two loops into (rows x cols) tiles; the loop that one tile's copy starts at."""
+    i, j = sch.get_loops(block)[-2:]
+    i0, i1 = sch.split(i, [None, rows])
+    j0, j1 = sch.split(j, [None, cols])
+    sch.reorder(i0, j0, i1, j1)
+    return i1
+
+
+def _register_dynamic_loads(intrins: dict[str, str], dtype: str, scope: str) -> None:
+    """TVM registers ldmatrix from dynamic shared memory for float16 only; the 8-bit ones are the same
+    intrinsics reading `shared.dyn`, registered here under the names get_mma_intrin_group gives them."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.s_tir.tensor_intrin import cuda
+
+    for name in ("load_a", "load_b"):
+        if scope == "shared.dyn" and TensorIntrin.get(intrins[name], allow_missing=True) is None:
+            matrix, trans = name[-1].upper(), "_trans" in intrins[name]
+            TensorIntrin.register(intrins[name], *cuda.get_ldmatrix_intrin(32, dtype, matrix, trans, scope))
