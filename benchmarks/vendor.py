@@ -82,6 +82,8 @@ def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
     import torch.nn.functional as F
 
     dev, e = torch.device("cuda"), wl.element
+    if e.itemsize == 1 and wl.op == "bmm":
+        return None
     if e.is_integer:
         bound = int8_bound(wl.reduction)
         a, b = (torch.randint(-bound, bound + 1, s, device=dev, dtype=torch.int8) for s in wl.input_shapes)
@@ -92,8 +94,6 @@ def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
         return "cuDNN FP32 (TF32 off)", lambda: F.conv2d(a, b, stride=d["ST"], padding=d["PD"])
     x = a.transpose(-1, -2) if wl.layout[0] == "T" else a
     y = b.transpose(-1, -2) if wl.layout[1] == "T" else b
-    if e.itemsize == 1 and wl.op == "bmm":
-        return None
     if e.is_integer:
         return "cuBLAS int8 (torch._int_mm)", lambda: torch._int_mm(x, y)
     if e.itemsize == 1:

@@ -83,18 +83,16 @@ def _tiles(wl: Workload, p: dict[str, Any]) -> dict[str, tuple[int, int]]:
     return {"A": a, "B": b}
 
 
-def _row_pad(wl: Workload, cols: int) -> tuple[int, int, int]:
-    """storage_align's (factor, offset) in elements, and the padded row stride of `cols` elements."""
-    item = wl.element.itemsize
-    factor, offset = BANK_PERIOD // item, ROW_SKEW // item
-    return factor, offset, cols + (offset - cols) % factor
+def _skew(wl: Workload) -> tuple[int, int]:
+    """storage_align's (factor, offset) in elements: a padded row stride is `offset` past a multiple of `factor`."""
+    return BANK_PERIOD // wl.element.itemsize, ROW_SKEW // wl.element.itemsize
 
 
 def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     """What one thread block uses: warps of 32 threads, padded shared tiles, fragment registers."""
     warps = p["X"][1] * p["Y"][1]
-    stride = (lambda c: _row_pad(wl, c)[2]) if p["pad"] else (lambda c: c)
-    shared = sum(r * stride(c) for r, c in _tiles(wl, p).values()) * wl.element.itemsize
+    factor, offset = _skew(wl) if p["pad"] else (1, 0)
+    shared = sum(r * (c + (offset - c) % factor) for r, c in _tiles(wl, p).values()) * wl.element.itemsize
     fragments = 4 * p["K"][2] * (p["X"][2] + p["Y"][2])  # a 16x16 (or 16x32 8-bit) fragment: 4 per thread
     return {"threads": WARP * warps, "thread_dims": (WARP, warps, 1),
             "shared_bytes": shared * pipeline_buffers(p["pipeline"]),
@@ -201,7 +199,7 @@ def _fetch(sch: s_tir.Schedule, wl: Workload, block, k0, threads: list[tuple[str
     sch.compute_at(block, k0)
     cooperative_fetch(sch, block, loop_depth(sch, block, k0), threads, VECTOR_BYTES // wl.element.itemsize)
     if pad:
-        factor, offset, _ = _row_pad(wl, 0)
+        factor, offset = _skew(wl)
         sch.storage_align(block, 0, axis=-2, factor=factor, offset=offset)
 
 
