@@ -50,11 +50,18 @@ def _register_intrinsics(kind: str) -> None:
 
 
 def build(mod: Any, target: Any, _params: Any) -> Any:
-    """MetaSchedule's default build function without its import of every target's tensor intrinsics."""
+    """MetaSchedule's default build function without its import of every target's tensor intrinsics, through
+    the suite's compile pipeline (trial/build.py: its warp-memory fix serves MetaSchedule's tensor-core
+    kernels as it serves the suite's)."""
+    import tvm
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+    from trial.build import PIPELINE, pass_config
+
+    with tvm.transform.PassContext(config=pass_config()):
+        return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target,
+                         pipeline=PIPELINE)
 
 
 def _ms_target(target: Any) -> Any:
@@ -154,13 +161,13 @@ def _classes() -> tuple[type, type, type]:
 
 def _final(sch: Any, ms_target: Any, library: Path) -> dict[str, Any]:
     """Compile the best schedule into `library`, for the suite's run path to verify and time."""
-    import tvm
+    from trial.build import compile_module
 
     if sch is None:
         return {"status": Status.INVALID, "reason": "MetaSchedule found no valid schedule"}
     start = time.perf_counter()
     try:
-        tvm.compile(sch.mod, target=ms_target).export_library(str(library))
+        compile_module(sch.mod, ms_target).export_library(str(library))
     except Exception as err:  # the tuned schedule fails to compile outside MetaSchedule's builder
         return {"status": Status.COMPILE_ERROR, "reason": error_reason(err)}
     return {"status": "built", "build_s": time.perf_counter() - start, "extra": {"trace": str(sch.trace)}}

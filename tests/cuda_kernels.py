@@ -1,6 +1,6 @@
 """What a GPU kernel does with memory, read from the TensorIR that CUDA code generation receives.
 
-`device_module` runs the passes `tvm.compile` runs (the same target, the same PassContext as
+`device_module` runs the passes `tvm.compile` runs (the same target, pipeline and PassContext as
 trial/build.py) and stops before code generation, so the tests see every vector access and
 asynchronous copy of the generated CUDA as an index expression that TVM's arithmetic can reason about.
 """
@@ -14,6 +14,7 @@ import tvm.sym
 import tvm_ffi
 from tvm.tirx.build import split_host_device_mods
 
+from trial import build
 from trial.target import Target
 
 
@@ -35,8 +36,8 @@ class VectorAccess:
 def device_module(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     """The device functions of the scheduled `mod` as CUDA code generation receives them."""
     tgt = tvm.target.Target(target.target).with_host("llvm")
-    with tvm.transform.PassContext(config={"tirx.use_async_copy": target.async_copy}):
-        passes, _, finalize_device = tvm.tirx.get_default_tir_pipeline(tgt)
+    with tvm.transform.PassContext(config=build.pass_config(target.async_copy)):
+        passes, _, finalize_device = tvm.tirx.get_tir_pipeline(build.PIPELINE)
         _, devices = split_host_device_mods(passes(tvm.tirx.transform.BindTarget(tgt)(mod)))
         return finalize_device()(next(iter(devices.values())))
 

@@ -62,3 +62,12 @@ def test_tensor_core_tolerances_follow_the_accumulation():
     assert tolerance_scale(parse("mm", "N16K1024M16_f16")) == 1024 * 2.0**-23
     assert tolerance_scale(parse("mm", "N16K1024M16_e4m3")) == 32 * 2.0**-13 + 1024 * 2.0**-23
     assert tolerance_scale(parse("mm", "N16K1024M16")) == RTOL
+
+
+def test_float16_outputs_are_allowed_their_rounding_and_no_more():
+    """float16 outputs hold the float32 sums rounded (half a unit in the last place, 2^-11 relative)."""
+    ref = Reference.of(parse("mm", "N16K64M16_f16"))
+    exact = np.zeros(ref.wl.output_shape)
+    exact[ref.idx] = ref.expected
+    assert ref.check(exact.astype(np.float16)) is None
+    assert ref.check((exact * (1 + 2.0**-8)).astype(np.float16)) is not None

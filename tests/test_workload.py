@@ -41,8 +41,8 @@ def test_bad_specs_say_what_is_wrong(op, spec, message):
 
 
 @pytest.mark.parametrize("op,spec,dtype,out,key", [
-    ("mm", "N512K1024M1024_f16", "float16", "float32", "mm/N512K1024M1024PNN_f16"),
-    ("bmm", "B960N128K64M128PNT_f16", "float16", "float32", "bmm/B960N128K64M128PNT_f16"),
+    ("mm", "N512K1024M1024_f16", "float16", "float16", "mm/N512K1024M1024PNN_f16"),
+    ("bmm", "B960N128K64M128PNT_f16", "float16", "float16", "bmm/B960N128K64M128PNT_f16"),
     ("mm", "N512K1024M1024PNT_i8", "int8", "int32", "mm/N512K1024M1024PNT_i8"),
     ("mm", "N512K1024M1024_e4m3", "float8_e4m3fn", "float32", "mm/N512K1024M1024PNN_e4m3"),
     ("mm", "N512K1024M1024", "float32", "float32", "mm/N512K1024M1024PNN"),
@@ -52,7 +52,8 @@ def test_a_suffix_names_the_element_type(op, spec, dtype, out, key):
     assert (wl.dtype, wl.out_dtype, wl.key) == (dtype, out, key)
     assert parse(op, key.split("/")[1]).key == key
     inputs = sum(a * b for a, b in (s[-2:] for s in wl.input_shapes)) * wl.dims.get("B", 1)
-    assert wl.buffer_bytes == inputs * wl.element.itemsize + 4 * wl.dims.get("B", 1) * wl.dims["N"] * wl.dims["M"]
+    out_bytes = {"float16": 2, "float32": 4, "int32": 4}[out]
+    assert wl.buffer_bytes == inputs * wl.element.itemsize + out_bytes * wl.dims.get("B", 1) * wl.dims["N"] * wl.dims["M"]
 
 
 @pytest.mark.parametrize("op,spec,message", [

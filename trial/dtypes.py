@@ -22,7 +22,8 @@ def numpy_dtype(name: str) -> np.dtype:
 class DType:
     name: str        # TVM's name of the input type
     suffix: str      # how a spec names it ('' for float32)
-    acc: str         # the accumulation type, which the kernel also writes
+    acc: str         # the accumulation type
+    out: str         # what the kernel writes: float16 as cuBLAS's half GEMM does, else the accumulation
     mma_k: int       # products one tensor-core MMA reduces (0: CUDA cores)
     min_arch: int    # oldest CUDA architecture with that MMA (sm_80 -> 80)
     step_bits: int   # significand bits an MMA keeps of each product while it adds them (0: all)
@@ -36,17 +37,26 @@ class DType:
         return self.numpy.itemsize
 
     @property
+    def acc_itemsize(self) -> int:
+        return numpy_dtype(self.acc).itemsize
+
+    @property
+    def out_roundoff(self) -> float:
+        """The relative error of rounding an accumulated sum to the output type (0 where it is kept)."""
+        return 0.0 if self.out == self.acc else 2.0 ** -(np.finfo(numpy_dtype(self.out)).nmant + 1)
+
+    @property
     def is_integer(self) -> bool:
         return self.numpy.kind in "iu"
 
 
-FLOAT32 = DType("float32", "", "float32", 0, 0, 0)
+FLOAT32 = DType("float32", "", "float32", "float32", 0, 0, 0)
 DTYPES = {d.name: d for d in (
     FLOAT32,
-    DType("float16", "f16", "float32", 16, 80, 0),
-    DType("int8", "i8", "int32", 32, 80, 0),
+    DType("float16", "f16", "float32", "float16", 16, 80, 0),
+    DType("int8", "i8", "int32", "int32", 32, 80, 0),
     # Hopper's float8 MMA aligns the products of one instruction to the largest and keeps about 13
     # significand bits of the sum (DeepSeek-V3 report, section 3.3.2), not float32's 24
-    DType("float8_e4m3fn", "e4m3", "float32", 32, 89, 13),
+    DType("float8_e4m3fn", "e4m3", "float32", "float32", 32, 89, 13),
 )}
 BY_SUFFIX = {d.suffix: d for d in DTYPES.values()}

@@ -6,7 +6,8 @@ Grammar (all numbers are positive integers of at most 9 ASCII digits; PD may be 
   conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>       NCHW direct convolution, square image and kernel
 <layout> is two letters, N (as above) or T (transposed), for A then B: PNN (default), PNT, PTN, PTT.
 <type> is the inputs' element type (trial/dtypes.py): none for float32, f16 (float16, float32
-accumulation), i8 (int8, int32 accumulation) or e4m3 (float8 e4m3, float32 accumulation).
+accumulation, float16 output), i8 (int8, int32 accumulation and output) or e4m3 (float8 e4m3, float32
+accumulation and output).
 """
 from __future__ import annotations
 
@@ -65,8 +66,12 @@ class Workload:
 
     @property
     def out_dtype(self) -> str:
-        """The output's element type: the accumulation type."""
-        return self.element.acc
+        """The output's element type (float16 for float16 inputs, else the accumulation type)."""
+        return self.element.out
+
+    @property
+    def out_itemsize(self) -> int:
+        return numpy_dtype(self.out_dtype).itemsize
 
     @property
     def out_hw(self) -> int:
@@ -99,7 +104,7 @@ class Workload:
     def buffer_bytes(self) -> int:
         """Bytes of the inputs and the output together: what one measurement holds on the device."""
         inputs = sum(math.prod(shape) for shape in self.input_shapes)
-        return self.element.itemsize * inputs + numpy_dtype(self.out_dtype).itemsize * math.prod(self.output_shape)
+        return self.element.itemsize * inputs + self.out_itemsize * math.prod(self.output_shape)
 
     @property
     def reduction(self) -> int:

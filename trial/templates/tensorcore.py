@@ -13,8 +13,11 @@ Knobs (in 16x16 output tiles, and in k-steps of one MMA: 16 products for float16
 GPU (TVM's MMA intrinsics, tvm.s_tir.tensor_intrin.cuda): each thread block owns a 16*X[1]*X[2] by
 16*Y[1]*Y[2] tile of C and has X[1]*Y[1] warps; each warp keeps X[2]-by-Y[2] 16x16 accumulators in
 registers (mma.sync m16n8k16 for float16, m16n8k32 for 8-bit), loads its fragments from shared memory
-with ldmatrix, and stores the accumulators straight to C.  The block's A and B tiles are copied to
-shared memory with 16-byte vectors spread over all its threads.  Batches (bmm) go to blockIdx.z.
+with ldmatrix, and at the end stores its accumulators to a shared copy of the block's C tile, which all
+threads then write to C in vectors of four (a fragment's own layout would give 4-byte stores, 8 bytes
+apart per row), rounding float32 sums to float16 on the way where that is the output type.  The
+block's A and B tiles are copied to shared memory with 16-byte vectors spread over all its threads.
+Batches (bmm) go to blockIdx.z.
 CPU: a plain schedule over 16x16 tiles in the same types (the knobs have no CPU meaning), so that the
 results are verified without a GPU.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..constraints import Rule
+from ..dtypes import DType
 from ..workload import Workload
 from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
                      pipeline_buffers, shared_scope, unroll)
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
     from ..target import Target
 
 TILE = 16  # rows and columns of one MMA output tile
+EPILOGUE_SCOPE = "shared.dyn"  # where the accumulators are staged (TVM's MMA stores reach no static shared)
 WARP = 32
 VECTOR_BYTES = 16  # one global-to-shared copy per thread: a 16-byte vector (cp.async's widest)
 BANK_PERIOD, ROW_SKEW = 64, 16  # padded shared rows start 16 bytes past a multiple of 64 bytes
@@ -69,9 +74,12 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
         *batch, i, j = idx
         a = A[(*batch, k, i)] if trans_a else A[(*batch, i, k)]
         b = B[(*batch, j, k)] if trans_b else B[(*batch, k, j)]
-        return te.sum(a.astype(wl.out_dtype) * b.astype(wl.out_dtype), axis=k)
+        return te.sum(a.astype(wl.element.acc) * b.astype(wl.element.acc), axis=k)
 
-    return te.create_prim_func([A, B, te.compute(wl.output_shape, body, name="C")])
+    C = te.compute(wl.output_shape, body, name="C")
+    if wl.out_dtype != wl.element.acc:  # float16 out: the float32 sums are rounded as they are written
+        C = te.compute(wl.output_shape, lambda *i: C[i].astype(wl.out_dtype), name="rounded")
+    return te.create_prim_func([A, B, C])
 
 
 def _tiles(wl: Workload, p: dict[str, Any]) -> dict[str, tuple[int, int]]:
@@ -83,19 +91,29 @@ def _tiles(wl: Workload, p: dict[str, Any]) -> dict[str, tuple[int, int]]:
     return {"A": a, "B": b}
 
 
-def _skew(wl: Workload) -> tuple[int, int]:
-    """storage_align's (factor, offset) in elements: a padded row stride is `offset` past a multiple of `factor`."""
-    return BANK_PERIOD // wl.element.itemsize, ROW_SKEW // wl.element.itemsize
+def _skew(itemsize: int) -> tuple[int, int]:
+    """storage_align's (factor, offset) in elements of `itemsize` bytes: a padded row stride is `offset`
+    past a multiple of `factor`."""
+    return BANK_PERIOD // itemsize, ROW_SKEW // itemsize
 
 
 def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
-    """What one thread block uses: warps of 32 threads, padded shared tiles, fragment registers."""
+    """What one thread block uses: warps of 32 threads, padded shared tiles, fragment registers.
+
+    Shared bytes: the input tiles (times the pipeline's buffers) plus the accumulator tile, an upper bound
+    where both live in dynamic shared memory, whose allocations TVM may overlap (they are not live together).
+    """
     warps = p["X"][1] * p["Y"][1]
-    factor, offset = _skew(wl) if p["pad"] else (1, 0)
-    shared = sum(r * (c + (offset - c) % factor) for r, c in _tiles(wl, p).values()) * wl.element.itemsize
+
+    def padded(rows: int, cols: int, itemsize: int) -> int:
+        factor, offset = _skew(itemsize) if p["pad"] else (1, 0)
+        return rows * (cols + (offset - cols) % factor) * itemsize
+
+    inputs = sum(padded(r, c, wl.element.itemsize) for r, c in _tiles(wl, p).values())
+    epilogue = padded(TILE * p["X"][1] * p["X"][2], TILE * p["Y"][1] * p["Y"][2], wl.element.acc_itemsize)
     fragments = 4 * p["K"][2] * (p["X"][2] + p["Y"][2])  # a 16x16 (or 16x32 8-bit) fragment: 4 per thread
     return {"threads": WARP * warps, "thread_dims": (WARP, warps, 1),
-            "shared_bytes": shared * pipeline_buffers(p["pipeline"]),
+            "shared_bytes": inputs * pipeline_buffers(p["pipeline"]) + epilogue,
             "registers_per_thread": 8 * p["X"][2] * p["Y"][2] + fragments + 24,
             "async_copy": p["pipeline"] >= 2, "min_cuda_arch": wl.element.min_arch}
 
@@ -129,8 +147,13 @@ def _cpu(sch: s_tir.Schedule, wl: Workload) -> None:
     i0, i1 = sch.split(i, [None, TILE])
     j0, j1 = sch.split(j, [None, TILE])
     sch.reorder(i0, j0, k, i1, j1)
-    sch.parallel(sch.fuse(*b, i0, j0))
+    tile = sch.fuse(*b, i0, j0)
+    sch.parallel(tile)
     sch.vectorize(j1)
+    if wl.out_dtype != wl.element.acc:
+        rounded = sch.get_sblock("rounded")
+        sch.reverse_compute_at(rounded, tile)
+        sch.vectorize(sch.get_loops(rounded)[-1])
     sch.decompose_reduction(C, k)
 
 
@@ -150,9 +173,11 @@ def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], scope: str) -> No
 
     e, batched = wl.element, wl.op == "bmm"
     trans_a, trans_b = (c == "T" for c in wl.layout)
-    intrins = cuda.get_mma_intrin_group(scope, "global", e.name, e.acc, trans_a, trans_b,
-                                        not_use_mma_store_intrinic=False)
-    _register_dynamic_loads(intrins, e.name, scope)
+    # the store is TVM's "simple" one, element stores rather than an access pointer: the merged dynamic
+    # shared buffer takes the inputs' type, against which TVM 0.27 rejects a float32 access pointer
+    intrins = cuda.get_mma_intrin_group(scope, EPILOGUE_SCOPE, e.name, e.acc, trans_a, trans_b,
+                                        not_use_mma_store_intrinic=True)
+    _register_missing(intrins, e, scope)
     C = sch.get_sblock("C")
     *b, i, j, k = sch.get_loops(C)
     i, i_tc = sch.split(i, [None, TILE])
@@ -183,14 +208,29 @@ def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], scope: str) -> No
         sch.transform_layout(frag, ("write", 0), _fragment_map(rows, cols, batched))
     acc = sch.cache_write(outer, 0, "warp")
     sch.reverse_compute_at(acc, warp)
-    store = _tile_loops(sch, acc, TILE, TILE)
+    if e.out != e.acc:  # the warps store their accumulators to shared memory; then all threads copy
+        sch.set_scope(acc, 0, EPILOGUE_SCOPE)  # the block's tile out in vectors, rounding it on the way
+        staged = sch.get_sblock("rounded")
+    else:
+        staged = sch.cache_write(acc, 0, EPILOGUE_SCOPE)
+    sch.reverse_compute_at(staged, j0)
+    cooperative_fetch(sch, staged, loop_depth(sch, staged, j0), threads, VECTOR_BYTES // e.acc_itemsize)
+    store, acc_name = _tile_loops(sch, acc, TILE, TILE), sch.get(acc).name_hint
+    store_tiles = sch.get_loops(acc)[-4]
     sch.transform_layout(acc, ("read", 0), _fragment_map(TILE, TILE, batched))
     sch.decompose_reduction(outer, k0)
     for intrin, loop in {**loads, "compute": sch.get_loops(C)[-3], "init": sch.get_loops(sch.get_sblock("C_init"))[-2],
                          "store": store}.items():
         sch.tensorize(loop, intrins[intrin])
+    if p["pad"]:  # after tensorize, which replaces the block that would carry the alignment
+        sch.storage_align(sch.get_sblock(f"{acc_name}_o"), 0, -2, *_skew(e.acc_itemsize))
     pipeline(sch, k0, p["pipeline"])
-    unroll(sch, sch.get_loops(outer)[0], p["unroll"])
+    # the loops that index fragments are unrolled by nvcc (#pragma unroll), not by TIR: TIR's unrolling
+    # folds a tile's and a register's offsets into one constant (256 + 4), behind which TVM 0.27's
+    # LowerWarpMemory no longer separates the thread's share, leaving a thread-dependent index into the
+    # fragment array (local memory instead of registers)
+    unroll(sch, k1, p["unroll"], explicit=False)
+    unroll(sch, store_tiles, UNROLL_STEPS[-1], explicit=False)
 
 
 def _fetch(sch: s_tir.Schedule, wl: Workload, block, k0, threads: list[tuple[str, int]], pad: int) -> None:
@@ -199,8 +239,7 @@ def _fetch(sch: s_tir.Schedule, wl: Workload, block, k0, threads: list[tuple[str
     sch.compute_at(block, k0)
     cooperative_fetch(sch, block, loop_depth(sch, block, k0), threads, VECTOR_BYTES // wl.element.itemsize)
     if pad:
-        factor, offset = _skew(wl)
-        sch.storage_align(block, 0, axis=-2, factor=factor, offset=offset)
+        sch.storage_align(block, 0, -2, *_skew(wl.element.itemsize))
 
 
 def _tile_loops(sch: s_tir.Schedule, block, rows: int, cols: int):
@@ -212,13 +251,19 @@ def _tile_loops(sch: s_tir.Schedule, block, rows: int, cols: int):
     return i1
 
 
-def _register_dynamic_loads(intrins: dict[str, str], dtype: str, scope: str) -> None:
-    """TVM registers ldmatrix from dynamic shared memory for float16 only; the 8-bit ones are the same
-    intrinsics reading `shared.dyn`, registered here under the names get_mma_intrin_group gives them."""
+def _register_missing(intrins: dict[str, str], e: DType, scope: str) -> None:
+    """TVM registers ldmatrix from dynamic shared memory for float16 only, and the store of accumulators
+    to it for float32 only; the 8-bit loads and the int32 store are the same intrinsics in other types,
+    registered here under the names get_mma_intrin_group gives them."""
     from tvm.s_tir import TensorIntrin
     from tvm.s_tir.tensor_intrin import cuda
 
+    def missing(name: str) -> bool:
+        return TensorIntrin.get(intrins[name], allow_missing=True) is None
+
     for name in ("load_a", "load_b"):
-        if scope == "shared.dyn" and TensorIntrin.get(intrins[name], allow_missing=True) is None:
+        if scope == "shared.dyn" and missing(name):
             matrix, trans = name[-1].upper(), "_trans" in intrins[name]
-            TensorIntrin.register(intrins[name], *cuda.get_ldmatrix_intrin(32, dtype, matrix, trans, scope))
+            TensorIntrin.register(intrins[name], *cuda.get_ldmatrix_intrin(32, e.name, matrix, trans, scope))
+    if missing("store"):
+        TensorIntrin.register(intrins["store"], *cuda.get_mma_store_intrin(e.acc, 8, EPILOGUE_SCOPE, False))
