@@ -53,15 +53,11 @@ def build(mod: Any, target: Any, _params: Any) -> Any:
     """MetaSchedule's default build function without its import of every target's tensor intrinsics, through
     the suite's compile pipeline (trial/build.py: its warp-memory fix serves MetaSchedule's tensor-core
     kernels as it serves the suite's)."""
-    import tvm
-    from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    from trial.build import PIPELINE, pass_config
+    from trial.build import compile_module
 
-    with tvm.transform.PassContext(config=pass_config()):
-        return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target,
-                         pipeline=PIPELINE)
+    return compile_module(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target, runtime_module=True)
 
 
 def _ms_target(target: Any) -> Any:

@@ -13,6 +13,7 @@ from trial.archs import target_of
 from trial.constraints import KernelRules
 from trial.measure import Options, measure
 from trial.templates import tensorcore
+from trial.templates.common import SUM_THREADS
 from trial.workload import parse, parse_name
 from tuners.gbfs import GBFSTuner
 from tuners.na2c import NA2CTuner
@@ -61,7 +62,7 @@ def fragment_arrays(source):
 
 def fragments_per_thread(wl, params):
     """What one thread holds: its share (1/32) of the warp's 16 x mma_k A and B fragments and 16x16 accumulators."""
-    (_, x2), (_, y2), k2 = params["X"][1:], params["Y"][1:], params["K"][2]
+    (_, x2), (_, y2), k2 = params["X"][1:], params["Y"][1:], params["K"][3]
     share = 16 * wl.element.mma_k // 32
     return {"A": x2 * k2 * share, "B": y2 * k2 * share, "C": 8 * x2 * y2}
 
@@ -92,15 +93,42 @@ def test_tensor_core_kernels_lower_to_mma_with_the_estimated_shared_memory(name)
         assert f"mma.sync.aligned.{shape}" in source and "ldmatrix" in source, params
         assert ("cp.async" in source) == (params["pipeline"] >= 2), params
         assert fragment_arrays(source) == fragments_per_thread(wl, params), params
-        assert re.search(r"\*\((float|int|half)4\*\)\((C|rounded)_ptr", source), params
+        assert re.search(r"\*\((float|int|half)4\*\)\((C|rounded)_ptr|(float|int)4\* __restrict__ C_rf_ptr", source), params
         lowered = device_module(mod, SM90)
         assert_shared_bytes_declared(lowered, tensorcore.resources(wl, params)["shared_bytes"], params)
+
+
+@pytest.mark.parametrize("name", ["mm/N64K256M32PTN_f16", "bmm/B2N16K128M32_f16", "mm/N32K256M16PNT_i8",
+                                  "mm/N16K512M32_e4m3"])
+def test_split_k_partials_add_up_to_the_product(name):
+    """Split-K on the CPU: each of four K slices sums into its own partial, a second stage adds the partials
+    and rounds (float16): verified against the float64 reference like any other config."""
+    wl = parse_name(name)
+    slices = [4, 1, 1, wl.dims["K"] // wl.element.mma_k // 4]
+    r = measure(wl, {**tensorcore.default_params(wl, False), "K": slices}, FAST)
+    assert r.status == "ok", r.reason
+
+
+@pytest.mark.parametrize("name", ["mm/N512K4096M1024_f16", "bmm/B960N128K128M64PTN_f16", "mm/N512K4096M1024PNT_i8"])
+def test_split_k_is_a_tensor_core_kernel_and_a_kernel_that_sums_the_partials(name):
+    """On sm_90, K[0] thread blocks per output tile write partials in the accumulation type, and a second
+    kernel of SUM_THREADS threads adds them up and writes C in vectors; both kernels access the partials
+    in 16-byte vectors only."""
+    wl = parse_name(name)
+    params = {**tensorcore.default_params(wl, True), "K": [4, wl.dims["K"] // wl.element.mma_k // 8, 1, 2]}
+    source = build.build(wl, tensorcore, params, SM90).mod.imports[0].inspect_source()
+    kernels = dict.fromkeys(re.findall(r"__global__ void __launch_bounds__\((\d+)\) (\w+)\(", source))  # declared, defined
+    assert [threads for threads, _ in kernels] == [str(32 * 2 * 2), str(SUM_THREADS)], kernels
+    acc = {"float32": "float", "int32": "int"}[wl.element.acc]
+    assert re.search(rf"{acc}4\* __restrict__ C_rf_ptr", source) and "mma.sync" in source  # only vectors of it
+    summed = "rounded" if wl.element.rounds_output else "C"
+    assert re.search(rf"\*\(\w+4\*\)\({summed}_ptr|\w+4\* __restrict__ {summed}_ptr", source)  # in vectors too
 
 
 @pytest.mark.parametrize("name", ["mm/N512K1024M1024_f16", "mm/N512K1024M1024PNT_i8"])
 def test_blocks_beyond_48k_keep_their_tiles_in_dynamic_shared_memory(name):
     wl = parse_name(name)
-    params = {"K": [wl.dims["K"] // wl.element.mma_k // 4, 2, 2], "X": [4, 2, 4], "Y": [8, 2, 4], "pad": 1,
+    params = {"K": [1, wl.dims["K"] // wl.element.mma_k // 4, 2, 2], "X": [4, 2, 4], "Y": [8, 2, 4], "pad": 1,
               "unroll": 0, "pipeline": 4}
     estimate = tensorcore.resources(wl, params)["shared_bytes"]
     assert estimate > 48 * 1024
@@ -118,7 +146,7 @@ def test_the_devices_tensor_cores_decide_what_is_valid():
     sm75 = KernelRules(f16, tensorcore, target_of("sm_75")).problems({**tensorcore.default_params(f16, True),
                                                                        "pipeline": 1})
     assert sm75 == ["these tensor-core instructions need CUDA sm_80 or newer, not any sm_75 GPU"]
-    uneven = {**tensorcore.default_params(f16, True), "X": [8, 4, 1], "Y": [64, 1, 1], "K": [64, 1, 1]}
+    uneven = {**tensorcore.default_params(f16, True), "X": [8, 4, 1], "Y": [64, 1, 1], "K": [1, 64, 1, 1]}
     assert any("B's 16x16 shared tile is not a whole number of 128 threads x 8 elements" in p
                for p in KernelRules(f16, tensorcore, SM90).problems(uneven))
 

@@ -15,6 +15,7 @@ from typing import Any
 import tvm
 import tvm_ffi
 from tvm import tirx
+from tvm.driver import build as runtime_build
 from tvm.tirx import compilation_pipeline
 
 from .target import Target
@@ -51,9 +52,15 @@ def pass_config(async_copy: bool = False) -> dict[str, Any]:
     return {"tirx.use_async_copy": async_copy, "tirx.disable_cse_tir": True}
 
 
-def compile_module(mod: tvm.IRModule, target: Any, async_copy: bool = False) -> Any:
-    """Compile a scheduled module for `target` (a tvm Target or its dict) through the suite's pipeline."""
+def compile_module(mod: tvm.IRModule, target: Any, async_copy: bool = False, runtime_module: bool = False) -> Any:
+    """Compile a scheduled module for `target` (a tvm Target or its dict) through the suite's pipeline.
+
+    Returns a tvm.runtime.Executable, or with `runtime_module` the runtime Module itself, which is what
+    MetaSchedule's builder exports.
+    """
     with tvm.transform.PassContext(config=pass_config(async_copy)):
+        if runtime_module:
+            return runtime_build(mod, target=target, pipeline=PIPELINE)
         return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)
 
 

@@ -41,9 +41,14 @@ class DType:
         return numpy_dtype(self.acc).itemsize
 
     @property
+    def rounds_output(self) -> bool:
+        """Whether the accumulated sums are rounded to a narrower output type as they are written."""
+        return self.out != self.acc
+
+    @property
     def out_roundoff(self) -> float:
         """The relative error of rounding an accumulated sum to the output type (0 where it is kept)."""
-        return 0.0 if self.out == self.acc else 2.0 ** -(np.finfo(numpy_dtype(self.out)).nmant + 1)
+        return 2.0 ** -(np.finfo(numpy_dtype(self.out)).nmant + 1) if self.rounds_output else 0.0
 
     @property
     def is_integer(self) -> bool:

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tvm import s_tir
+    from tvm.s_tir.schedule import SBlockRV
 
     from ..target import Target
 
@@ -51,6 +52,44 @@ def cooperative_fetch(sch: s_tir.Schedule, block, depth: int, threads: list[tupl
         sch.bind(loop, axis)
     if vec > 1:
         sch.vectorize(parts[-1])
+
+
+SUM_THREADS = 256  # threads per block of the kernel that sums split-K partials
+SUM_LANES = 4  # outputs per thread of the tensor-core template's sum: 16-byte loads of float32 or int32 partials
+
+
+def split_k(sch: s_tir.Schedule, slices: int) -> SBlockRV:
+    """Reduce K in `slices` slices into partial sums, which C then adds up; the block of the partial sums
+    (C_rf), its loops batch, slice, rows, columns, reduction."""
+    *_, k = sch.get_loops(sch.get_sblock("C"))
+    partials = sch.rfactor(sch.split(k, [slices, None])[0], 0)
+    *_, i, j, ks, _ = sch.get_loops(partials)
+    sch.reorder(ks, i, j)  # the slice from between the output's loops and the reduction's to the outside
+    return partials
+
+
+def sum_partials(sch: s_tir.Schedule, rounded: bool, gpu: bool) -> None:
+    """Schedule C, the sum of `split_k`'s partials: a vector of outputs per thread (of a second kernel on
+    GPUs), whose consumer block "rounded" (where `rounded`) narrows the sums as it writes them.  The
+    output's rows must be whole vectors (the tensor-core template's are of 16 columns)."""
+    C = sch.get_sblock("C")
+    *spatial, ks = sch.get_loops(C)
+    element, lanes = sch.split(sch.fuse(*spatial), [None, SUM_LANES])
+    if gpu:
+        blocks, element = sch.split(element, [None, SUM_THREADS])
+        sch.bind(blocks, "blockIdx.x")
+        sch.bind(element, "threadIdx.x")
+    else:
+        sch.parallel(element)
+    sch.reorder(ks, lanes)
+    if rounded:
+        sch.set_scope(C, 0, "local")
+        written = sch.get_sblock("rounded")
+    else:
+        written = sch.cache_write(C, 0, "local")
+    sch.reverse_compute_at(written, element)
+    for block in (C, written):  # C keeps its init (vectorize needs it), lowered to a branch on the slice
+        sch.vectorize(sch.get_loops(block)[-1])
 
 
 PIPELINE_DEPTHS = [0, 1, 2, 3, 4]

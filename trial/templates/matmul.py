@@ -31,8 +31,8 @@ import numpy as np
 
 from ..constraints import Rule
 from ..workload import Workload
-from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
-                     pipeline_buffers, shared_scope, unroll)
+from .common import (PIPELINE_DEPTHS, SUM_THREADS, cooperative_fetch, factor_knob, greedy_split, loop_depth,
+                     pipeline, pipeline_buffers, shared_scope, unroll)
 
 if TYPE_CHECKING:
     import tvm
@@ -119,9 +119,6 @@ def rules(wl: Workload) -> list[Rule]:
                 for name, (tile, row) in extents(c).items() if tile % c["vec"] or row % c["vec"]]
 
     return [Rule(lambda r, c: float(bool(misfits(c))), 0.0, lambda r, c: "; ".join(misfits(c)), grows=False)]
-
-
-SUM_THREADS = 256  # threads per block of the kernel that sums split-K partials
 
 
 def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:

@@ -4,7 +4,8 @@ accumulation (trial/dtypes.py), in the layouts trial/workload.py allows for the 
 Knobs (in 16x16 output tiles, and in k-steps of one MMA: 16 products for float16, 32 for 8-bit types):
   X        factor [N/16, 3]  rows: block, warp, tiles per warp
   Y        factor [M/16, 3]  columns: block, warp, tiles per warp
-  K        factor [K/k, 3]   reduction: shared-memory stage, register stage, k-steps per register load
+  K        factor [K/k, 4]   reduction: split (slices reduced by separate thread blocks), shared-memory
+                             stage, register stage, k-steps per register load
   pad      discrete [0, 1]   1 pads each shared row to a stride of 16 bytes past a multiple of 64, so the
                              eight 16-byte rows one ldmatrix reads fall in different banks
   unroll   discrete          auto-unroll budget of the loops inside a thread block (0 = off)
@@ -18,8 +19,12 @@ threads then write to C in vectors of four (a fragment's own layout would give 4
 apart per row), rounding float32 sums to float16 on the way where that is the output type.  The
 block's A and B tiles are copied to shared memory with 16-byte vectors spread over all its threads.
 Batches (bmm) go to blockIdx.z.
-CPU: a plain schedule over 16x16 tiles in the same types (the knobs have no CPU meaning), so that the
-results are verified without a GPU.
+Split-K (K[0] > 1) is for long reductions over few output tiles (mm/N512K4096M1024: 32 tiles of 128x128
+for 132 SMs): each of K[0] slices of the reduction is its own thread block, writing a partial sum in the
+accumulation type (TensorIR's rfactor), and a second kernel adds the partials up and writes C, rounded
+to float16 where that is the output type.
+CPU: a plain schedule over 16x16 tiles in the same types, with the same split-K partials (the other
+knobs have no CPU meaning), so that the results are verified without a GPU.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from ..constraints import Rule
 from ..dtypes import DType
 from ..workload import Workload
 from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
-                     pipeline_buffers, shared_scope, unroll)
+                     pipeline_buffers, shared_scope, split_k, sum_partials, unroll)
 from .matmul import UNROLL_STEPS
 
 if TYPE_CHECKING:
@@ -47,7 +52,7 @@ BANK_PERIOD, ROW_SKEW = 64, 16  # padded shared rows start 16 bytes past a multi
 
 def search_space(wl: Workload) -> dict[str, Any]:
     d = wl.dims
-    return {"K": factor_knob(d["K"] // wl.element.mma_k, 3), "X": factor_knob(d["N"] // TILE, 3),
+    return {"K": factor_knob(d["K"] // wl.element.mma_k, 4), "X": factor_knob(d["N"] // TILE, 3),
             "Y": factor_knob(d["M"] // TILE, 3), "pad": {"_type": "discrete", "_value": [0, 1]},
             "unroll": {"_type": "discrete", "_value": UNROLL_STEPS},
             "pipeline": {"_type": "discrete", "_value": PIPELINE_DEPTHS}}
@@ -57,7 +62,7 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
     """A hand-picked config: 64x64 block tiles of 2x2 warps, 32x32 per warp, two k-steps per register
     load, four cp.async buffers (the best of a handful tried on an H100 for mm/N512K1024M1024_f16)."""
     d = wl.dims
-    return {"K": greedy_split(d["K"] // wl.element.mma_k, [1, 2]), "X": greedy_split(d["N"] // TILE, [2, 2]),
+    return {"K": [1, *greedy_split(d["K"] // wl.element.mma_k, [1, 2])], "X": greedy_split(d["N"] // TILE, [2, 2]),
             "Y": greedy_split(d["M"] // TILE, [2, 2]), "pad": 1, "unroll": 0, "pipeline": 4 if gpu else 0}
 
 
@@ -77,14 +82,14 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
         return te.sum(a.astype(wl.element.acc) * b.astype(wl.element.acc), axis=k)
 
     C = te.compute(wl.output_shape, body, name="C")
-    if wl.out_dtype != wl.element.acc:  # float16 out: the float32 sums are rounded as they are written
+    if wl.element.rounds_output:  # float16 out: the float32 sums are rounded as they are written
         C = te.compute(wl.output_shape, lambda *i: C[i].astype(wl.out_dtype), name="rounded")
     return te.create_prim_func([A, B, C])
 
 
 def _tiles(wl: Workload, p: dict[str, Any]) -> dict[str, tuple[int, int]]:
     """(rows, contiguous columns) of each operand's shared tile, as stored in memory."""
-    k_tile = wl.element.mma_k * p["K"][1] * p["K"][2]
+    k_tile = wl.element.mma_k * p["K"][2] * p["K"][3]
     rows, cols = TILE * p["X"][1] * p["X"][2], TILE * p["Y"][1] * p["Y"][2]
     a = (k_tile, rows) if wl.layout[0] == "T" else (rows, k_tile)
     b = (cols, k_tile) if wl.layout[1] == "T" else (k_tile, cols)
@@ -111,7 +116,7 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
 
     inputs = sum(padded(r, c, wl.element.itemsize) for r, c in _tiles(wl, p).values())
     epilogue = padded(TILE * p["X"][1] * p["X"][2], TILE * p["Y"][1] * p["Y"][2], wl.element.acc_itemsize)
-    fragments = 4 * p["K"][2] * (p["X"][2] + p["Y"][2])  # a 16x16 (or 16x32 8-bit) fragment: 4 per thread
+    fragments = 4 * p["K"][3] * (p["X"][2] + p["Y"][2])  # a 16x16 (or 16x32 8-bit) fragment: 4 per thread
     return {"threads": WARP * warps, "thread_dims": (WARP, warps, 1),
             "shared_bytes": inputs * pipeline_buffers(p["pipeline"]) + epilogue,
             "registers_per_thread": 8 * p["X"][2] * p["Y"][2] + fragments + 24,
@@ -134,52 +139,53 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     from tvm import s_tir
 
     sch = s_tir.Schedule(prim_func(wl))
+    split = p["K"][0] > 1
+    main = split_k(sch, p["K"][0]) if split else sch.get_sblock("C")
     if target.is_gpu:
-        _gpu(sch, wl, p, shared_scope(target, resources(wl, p)["shared_bytes"]))
+        _gpu(sch, wl, p, main, shared_scope(target, resources(wl, p)["shared_bytes"]))
     else:
-        _cpu(sch, wl)
+        _cpu(sch, wl, main, split)
+    if split:  # last: the main kernel's compute_at needs the sum's loops untouched
+        sum_partials(sch, wl.element.rounds_output, target.is_gpu)
     return sch.mod
 
 
-def _cpu(sch: s_tir.Schedule, wl: Workload) -> None:
-    C = sch.get_sblock("C")
-    *b, i, j, k = sch.get_loops(C)
+def _cpu(sch: s_tir.Schedule, wl: Workload, main, split: bool) -> None:
+    *b, i, j, k = sch.get_loops(main)
     i0, i1 = sch.split(i, [None, TILE])
     j0, j1 = sch.split(j, [None, TILE])
     sch.reorder(i0, j0, k, i1, j1)
     tile = sch.fuse(*b, i0, j0)
     sch.parallel(tile)
     sch.vectorize(j1)
-    if wl.out_dtype != wl.element.acc:
+    if wl.element.rounds_output and not split:
         rounded = sch.get_sblock("rounded")
         sch.reverse_compute_at(rounded, tile)
         sch.vectorize(sch.get_loops(rounded)[-1])
-    sch.decompose_reduction(C, k)
+    sch.decompose_reduction(main, k)
 
 
-def _fragment_map(rows: int, cols: int, batched: bool):
-    """The index map from a warp buffer of (rows x cols)-element fragments to (thread, register) pairs."""
+def _fragment_map(rows: int, cols: int):
+    """The index map from a warp buffer of (rows x cols)-element fragments to (thread, register) pairs,
+    over a buffer's last two axes (the ones before, batch and K slice, stay as they are)."""
     from tvm.s_tir.tensor_intrin import cuda
 
     layout = {(16, 16): cuda.shared_16x16_to_ldmatrix_32x8_layout, (16, 32): cuda.shared_16x32_to_ldmatrix_32x16_layout,
               (32, 16): cuda.shared_32x16_to_ldmatrix_32x16_layout}[rows, cols]
-    if batched:
-        return lambda b, i, j: (b, i // rows, j // cols, *layout(i % rows, j % cols))
-    return lambda i, j: (i // rows, j // cols, *layout(i % rows, j % cols))
+    return lambda *idx: (*idx[:-2], idx[-2] // rows, idx[-1] // cols, *layout(idx[-2] % rows, idx[-1] % cols))
 
 
-def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], scope: str) -> None:
+def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], main, scope: str) -> None:
     from tvm.s_tir.tensor_intrin import cuda
 
-    e, batched = wl.element, wl.op == "bmm"
+    e, split = wl.element, p["K"][0] > 1
     trans_a, trans_b = (c == "T" for c in wl.layout)
     # the store is TVM's "simple" one, element stores rather than an access pointer: the merged dynamic
     # shared buffer takes the inputs' type, against which TVM 0.27 rejects a float32 access pointer
     intrins = cuda.get_mma_intrin_group(scope, EPILOGUE_SCOPE, e.name, e.acc, trans_a, trans_b,
                                         not_use_mma_store_intrinic=True)
     _register_missing(intrins, e, scope)
-    C = sch.get_sblock("C")
-    *b, i, j, k = sch.get_loops(C)
+    *grid, i, j, k = sch.get_loops(main)  # grid: the batch and the K slice, each where there is one
     i, i_tc = sch.split(i, [None, TILE])
     j, j_tc = sch.split(j, [None, TILE])
     k, k_tc = sch.split(k, [None, e.mma_k])
@@ -187,10 +193,10 @@ def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], scope: str) -> No
     outer = sch.blockize(i_tc)  # one MMA tile per iteration of the loops above
     i0, i2, i3 = sch.split(i, p["X"])
     j0, j2, j3 = sch.split(j, p["Y"])
-    k0, k1, k2 = sch.split(k, p["K"])
+    k0, k1, k2 = sch.split(k, p["K"][1:])
     sch.reorder(i0, j0, i2, j2, k0, k1, i3, j3, k2)
-    if batched:
-        sch.bind(b[0], "blockIdx.z")
+    if grid:
+        sch.bind(sch.fuse(*grid) if len(grid) > 1 else grid[0], "blockIdx.z")
     sch.bind(i0, "blockIdx.y")
     sch.bind(j0, "blockIdx.x")
     warp = sch.fuse(i2, j2)
@@ -205,11 +211,11 @@ def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], scope: str) -> No
         frag = sch.cache_read(outer, index, "warp")
         sch.compute_at(frag, k1)
         loads[f"load_{name.lower()}"] = _tile_loops(sch, frag, rows, cols)
-        sch.transform_layout(frag, ("write", 0), _fragment_map(rows, cols, batched))
+        sch.transform_layout(frag, ("write", 0), _fragment_map(rows, cols))
     acc = sch.cache_write(outer, 0, "warp")
     sch.reverse_compute_at(acc, warp)
-    if e.out != e.acc:  # the warps store their accumulators to shared memory; then all threads copy
-        sch.set_scope(acc, 0, EPILOGUE_SCOPE)  # the block's tile out in vectors, rounding it on the way
+    if e.rounds_output and not split:  # the warps store their accumulators to shared memory; then all
+        sch.set_scope(acc, 0, EPILOGUE_SCOPE)  # threads copy the block's tile out in vectors, rounding it
         staged = sch.get_sblock("rounded")
     else:
         staged = sch.cache_write(acc, 0, EPILOGUE_SCOPE)
@@ -217,9 +223,10 @@ def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], scope: str) -> No
     cooperative_fetch(sch, staged, loop_depth(sch, staged, j0), threads, VECTOR_BYTES // e.acc_itemsize)
     store, acc_name = _tile_loops(sch, acc, TILE, TILE), sch.get(acc).name_hint
     store_tiles = sch.get_loops(acc)[-4]
-    sch.transform_layout(acc, ("read", 0), _fragment_map(TILE, TILE, batched))
+    sch.transform_layout(acc, ("read", 0), _fragment_map(TILE, TILE))
     sch.decompose_reduction(outer, k0)
-    for intrin, loop in {**loads, "compute": sch.get_loops(C)[-3], "init": sch.get_loops(sch.get_sblock("C_init"))[-2],
+    init = sch.get_sblock(f"{sch.get(main).name_hint}_init")
+    for intrin, loop in {**loads, "compute": sch.get_loops(main)[-3], "init": sch.get_loops(init)[-2],
                          "store": store}.items():
         sch.tensorize(loop, intrins[intrin])
     if p["pad"]:  # after tensorize, which replaces the block that would carry the alignment
