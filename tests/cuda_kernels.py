@@ -7,6 +7,7 @@ asynchronous copy of the generated CUDA as an index expression that TVM's arithm
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import tvm
@@ -89,3 +90,31 @@ def dynamic_shared_bytes(mod: tvm.IRModule) -> int:
 def static_shared_bytes(mod: tvm.IRModule) -> int:
     """Bytes of the kernels' static shared buffers together."""
     return sum(_allocations(mod, "shared"))
+
+
+def loads_reused_across_barriers(source: str) -> list[str]:
+    """The vector values (`float4 v_ = *(float4*)(...)`) that CUDA source loads and uses again after a
+    `__syncthreads()` in the same scope.
+
+    TVM 0.27's CUDA code generation names each distinct vector load once per scope, so a kernel that
+    reads the same shared address in two rounds separated by a barrier gets the first round's value the
+    second time (docs/benchmarks.md, MetaSchedule's bmm PNN float16 kernel).
+    """
+    found, lines = [], source.splitlines()
+    for n, line in enumerate(lines):
+        defined = re.match(r"\s*\w+ (v_\w*) = ", line)
+        if not defined:
+            continue
+        name, depth, barrier = defined.group(1), 0, False
+        for later in lines[n + 1:]:
+            if re.match(rf"\s*\w+ {name} = ", later):  # defined anew: a new value
+                break
+            if "__syncthreads()" in later:
+                barrier = True
+            elif barrier and re.search(rf"\b{name}\b", later):
+                found.append(name)
+                break
+            depth += later.count("{") - later.count("}")
+            if depth < 0:  # its scope ended
+                break
+    return found

@@ -2,8 +2,11 @@
 to CUDA MMA code for GPUs this machine need not have, with every tuner proposing only runnable kernels."""
 import random
 import re
+from pathlib import Path
 
 import pytest
+import tvm.s_tir.tensor_intrin.cuda  # noqa: F401  (registers the WMMA intrinsics MetaSchedule's trace uses)
+from tvm import s_tir
 from tuner_harness import FakeNNI, make_tuner, no_checkpoint_dir  # noqa: F401
 
 from benchmarks.proposals import stand_in
@@ -19,7 +22,7 @@ from tuners.gbfs import GBFSTuner
 from tuners.na2c import NA2CTuner
 from tuners.opevo import OpEvoTuner
 
-from cuda_kernels import device_module, dynamic_shared_bytes, static_shared_bytes
+from cuda_kernels import device_module, dynamic_shared_bytes, loads_reused_across_barriers, static_shared_bytes
 
 FAST = Options(target="llvm", min_repeat_ms=1)
 SM90, SM80 = target_of("sm_90"), target_of("sm_80")
@@ -82,8 +85,8 @@ def assert_shared_bytes_declared(lowered, estimate, params):
 def test_tensor_core_kernels_lower_to_mma_with_the_estimated_shared_memory(name):
     """The default and random valid configs tensorize and lower to CUDA for sm_90: ldmatrix into
     fragments, mma.sync of the type's shape, cp.async where `pipeline` >= 2, fragments in per-thread
-    arrays of the thread's share (registers, not a whole warp's tiles in local memory), stores of C in
-    vectors of four (float16: rounded from the float32 sums), and the shared memory (padded rows, pipeline buffers, the accumulator tile) that
+    arrays of the thread's share (registers, not a whole warp's tiles in local memory), no shared value
+    reused across a barrier, stores of C in vectors of four (float16: rounded from the float32 sums), and the shared memory (padded rows, pipeline buffers, the accumulator tile) that
     `resources` declares."""
     wl = parse_name(name)
     shape = "m16n8k16" if wl.dtype == "float16" else "m16n8k32"
@@ -93,6 +96,7 @@ def test_tensor_core_kernels_lower_to_mma_with_the_estimated_shared_memory(name)
         assert f"mma.sync.aligned.{shape}" in source and "ldmatrix" in source, params
         assert ("cp.async" in source) == (params["pipeline"] >= 2), params
         assert fragment_arrays(source) == fragments_per_thread(wl, params), params
+        assert not loads_reused_across_barriers(source), params
         assert re.search(r"\*\((float|int|half)4\*\)\((C|rounded)_ptr|(float|int)4\* __restrict__ C_rf_ptr", source), params
         lowered = device_module(mod, SM90)
         assert_shared_bytes_declared(lowered, tensorcore.resources(wl, params)["shared_bytes"], params)
@@ -160,3 +164,17 @@ def test_every_proposal_is_a_tensor_core_kernel_the_device_runs(cls, name):
     run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=8).run(500)
     failed = sum(outcome is None for outcome in run.outcomes)
     assert len(run.proposed) == 500 and failed <= 5, f"{failed} of 500 proposals broke the device's rules"
+
+
+def test_the_barrier_check_finds_the_stale_reads_of_metaschedules_bmm_kernel():
+    """MetaSchedule's best bmm PNN float16 schedule of an H100 run (its trace, tests/data) lowers to CUDA
+    that writes its first round of staged accumulators twice: the check that the template's kernels pass
+    above finds exactly those reused values."""
+    wl = parse_name("bmm/B960N128K128M64PNN_f16")
+    trace = (Path(__file__).parent / "data" / "metaschedule_bmm_B960N128K128M64PNN_f16.trace").read_text()
+    scope = {"s_tir": s_tir}
+    exec(trace, scope)
+    sch = s_tir.Schedule(tensorcore.prim_func(wl))
+    scope["apply_trace"](sch)
+    source = build.compile_module(sch.mod, SM90.target).mod.imports[0].inspect_source()
+    assert loads_reused_across_barriers(source) == ["v_", "v__1", "v__2", "v__3"]
