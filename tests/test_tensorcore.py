@@ -129,6 +129,18 @@ def test_split_k_is_a_tensor_core_kernel_and_a_kernel_that_sums_the_partials(nam
     assert re.search(rf"\*\(\w+4\*\)\({summed}_ptr|\w+4\* __restrict__ {summed}_ptr", source)  # in vectors too
 
 
+def test_batches_and_k_slices_fit_in_the_grids_z_extent():
+    """blockIdx.z carries batches times K slices: a split that takes it past CUDA's 65535 is invalid, with the
+    reason, and the constrained space proposes none."""
+    wl = parse_name("bmm/B40000N16K64M16_f16")
+    rules = KernelRules(wl, tensorcore, SM90)
+    one = {**tensorcore.default_params(wl, True), "K": [1, 4, 1, 1]}
+    assert not rules.problems(one)
+    assert rules.problems({**one, "K": [2, 2, 1, 1]}) == [
+        "40000 batches x 2 K slices = 80000 thread blocks along blockIdx.z > 65535"]
+    assert all(c["K"][0] == 1 for c in valid_configs(wl, SM90, 50)[1:])
+
+
 @pytest.mark.parametrize("name", ["mm/N512K1024M1024_f16", "mm/N512K1024M1024PNT_i8"])
 def test_blocks_beyond_48k_keep_their_tiles_in_dynamic_shared_memory(name):
     wl = parse_name(name)

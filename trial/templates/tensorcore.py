@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..constraints import Rule
 from ..dtypes import DType
-from ..workload import Workload
+from ..workload import MAX_GRID_Z, Workload
 from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
                      pipeline_buffers, shared_scope, split_k, sum_partials, unroll)
 from .matmul import UNROLL_STEPS
@@ -124,15 +124,19 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def rules(wl: Workload) -> list[Rule]:
-    """Each shared tile is copied in whole 16-byte vectors by every thread of the block alike."""
-    vec = VECTOR_BYTES // wl.element.itemsize
+    """Each shared tile is copied in whole 16-byte vectors by every thread of the block alike; batches and
+    K slices share blockIdx.z, whose extent CUDA limits."""
+    vec, batches = VECTOR_BYTES // wl.element.itemsize, wl.dims.get("B", 1)
 
     def misfits(r: dict[str, Any], c: dict[str, Any]) -> list[str]:
         step = r["threads"] * vec
         return [f"{name}'s {rows}x{cols} shared tile is not a whole number of {r['threads']} threads x {vec} elements"
                 for name, (rows, cols) in _tiles(wl, c).items() if (rows * cols) % step]
 
-    return [Rule(lambda r, c: float(bool(misfits(r, c))), 0.0, lambda r, c: "; ".join(misfits(r, c)), grows=False)]
+    return [Rule(lambda r, c: float(bool(misfits(r, c))), 0.0, lambda r, c: "; ".join(misfits(r, c)), grows=False),
+            Rule(lambda r, c: batches * c["K"][0], MAX_GRID_Z, grows=False,  # K[0] is the outermost part
+                 message=lambda r, c: f"{batches} batches x {c['K'][0]} K slices = {batches * c['K'][0]} thread "
+                                      f"blocks along blockIdx.z > {MAX_GRID_Z}")]
 
 
 def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
@@ -142,7 +146,7 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     split = p["K"][0] > 1
     main = split_k(sch, p["K"][0]) if split else sch.get_sblock("C")
     if target.is_gpu:
-        _gpu(sch, wl, p, main, shared_scope(target, resources(wl, p)["shared_bytes"]))
+        _gpu(sch, wl, p, main, split, shared_scope(target, resources(wl, p)["shared_bytes"]))
     else:
         _cpu(sch, wl, main, split)
     if split:  # last: the main kernel's compute_at needs the sum's loops untouched
@@ -175,10 +179,10 @@ def _fragment_map(rows: int, cols: int):
     return lambda *idx: (*idx[:-2], idx[-2] // rows, idx[-1] // cols, *layout(idx[-2] % rows, idx[-1] % cols))
 
 
-def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], main, scope: str) -> None:
+def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], main, split: bool, scope: str) -> None:
     from tvm.s_tir.tensor_intrin import cuda
 
-    e, split = wl.element, p["K"][0] > 1
+    e = wl.element
     trans_a, trans_b = (c == "T" for c in wl.layout)
     # the store is TVM's "simple" one, element stores rather than an access pointer: the merged dynamic
     # shared buffer takes the inputs' type, against which TVM 0.27 rejects a float32 access pointer
