@@ -1,4 +1,5 @@
-"""What a GPU kernel does with memory, read from the TensorIR that CUDA code generation receives.
+"""What a GPU kernel does with memory, read from the TensorIR that CUDA code generation receives, and the
+valid configs whose kernels the tests lower.
 
 `device_module` runs the passes `tvm.compile` runs (the same target, pipeline and PassContext as
 trial/build.py) and stops before code generation, so the tests see every vector access and
@@ -7,16 +8,29 @@ asynchronous copy of the generated CUDA as an index expression that TVM's arithm
 from __future__ import annotations
 
 import math
+import random
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import tvm
 import tvm.sym
 import tvm_ffi
 from tvm.tirx.build import split_host_device_mods
 
-from trial import build
+from searchspace import ConstrainedSpace, SearchSpace
+from trial import build, templates
+from trial.constraints import KernelRules
 from trial.target import Target
+from trial.workload import Workload
+
+
+def valid_configs(wl: Workload, target: Target, count: int, seed: int = 0) -> list[dict[str, Any]]:
+    """The template's hand-picked GPU config and `count` samples of its constrained space on `target`."""
+    template = templates.load(wl)
+    space = ConstrainedSpace.of(SearchSpace.from_json(template.search_space(wl)), KernelRules(wl, template, target))
+    rng = random.Random(seed)
+    return [template.default_params(wl, True), *(space.sample(rng) for _ in range(count))]
 
 
 @dataclass(frozen=True)

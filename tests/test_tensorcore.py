@@ -10,7 +10,7 @@ from tvm import s_tir
 from tuner_harness import FakeNNI, make_tuner, no_checkpoint_dir  # noqa: F401
 
 from benchmarks.proposals import stand_in
-from searchspace import ConstrainedSpace, SearchSpace
+from searchspace import SearchSpace
 from trial import build, check, templates
 from trial.archs import target_of
 from trial.constraints import KernelRules
@@ -22,7 +22,8 @@ from tuners.gbfs import GBFSTuner
 from tuners.na2c import NA2CTuner
 from tuners.opevo import OpEvoTuner
 
-from cuda_kernels import device_module, dynamic_shared_bytes, loads_reused_across_barriers, static_shared_bytes
+from cuda_kernels import (device_module, dynamic_shared_bytes, loads_reused_across_barriers, static_shared_bytes,
+                          valid_configs)
 
 FAST = Options(target="llvm", min_repeat_ms=1)
 SM90, SM80 = target_of("sm_90"), target_of("sm_80")
@@ -31,13 +32,6 @@ SMALL = [("mm", f"N32K64M48P{lay}_f16") for lay in ("NN", "NT", "TN", "TT")] + \
          ("mm", "N48K64M16_e4m3"), ("bmm", "B2N16K64M32PNT_e4m3")]
 GPU = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTT_f16", "bmm/B960N128K64M128PNT_f16",
        "mm/N512K1024M1024_i8", "mm/N512K1024M1024PNT_i8", "mm/N512K1024M1024PNT_e4m3"]
-
-
-def valid_configs(wl, target, count, seed=0):
-    template = templates.load(wl)
-    space = ConstrainedSpace.of(SearchSpace.from_json(template.search_space(wl)), KernelRules(wl, template, target))
-    rng = random.Random(seed)
-    return [template.default_params(wl, True), *(space.sample(rng) for _ in range(count))]
 
 
 def test_narrow_types_get_the_tensor_core_template():

@@ -73,8 +73,12 @@ def sum_partials(sch: s_tir.Schedule, rounded: bool, gpu: bool) -> None:
     GPUs), whose consumer block "rounded" (where `rounded`) narrows the sums as it writes them.  The
     output's rows must be whole vectors (the tensor-core template's are of 16 columns)."""
     C = sch.get_sblock("C")
-    *spatial, ks = sch.get_loops(C)
-    element, lanes = sch.split(sch.fuse(*spatial), [None, SUM_LANES])
+    *outer, last, ks = sch.get_loops(C)
+    # lanes split off before fusing, so a thread's outputs are one row's: fused first, TVM's buffer
+    # compaction could not bound them past a row of 1,024 outputs or a batch, and left each thread a
+    # local array spanning the output (16 MB for mm/N512K1024M4096: a kernel that cannot launch)
+    last, lanes = sch.split(last, [None, SUM_LANES])
+    element = sch.fuse(*outer, last)
     if gpu:
         blocks, element = sch.split(element, [None, SUM_THREADS])
         sch.bind(blocks, "blockIdx.x")

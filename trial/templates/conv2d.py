@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..constraints import Rule
 from ..workload import Workload
 from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
                      pipeline_buffers, shared_scope, unroll)
@@ -96,6 +97,19 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     return {"threads": f[2] * y[2] * x[2], "thread_dims": (x[2], y[2], f[2]),
             "shared_bytes": (window + filters) * item * pipeline_buffers(p["pipeline"]),
             "registers_per_thread": accumulators + 16, "async_copy": p["pipeline"] >= 2}
+
+
+def rules(wl: Workload) -> list[Rule]:
+    """Three or four cp.async buffers wait for a count of copies that falls as the pipeline drains; with the
+    auto-unroll left to the compiler (`unroll_explicit` 0) that count stays a loop variable, and TVM's CUDA
+    code generation needs a constant there (it fails the build)."""
+    def drains_in_a_loop(c: dict[str, Any]) -> bool:
+        return pipeline_buffers(c["pipeline"]) >= 3 and c["auto_unroll_max_step"] > 0 and not c["unroll_explicit"]
+
+    return [Rule(lambda r, c: float(drains_in_a_loop(c)), 0.0, grows=False,
+                 message=lambda r, c: f"pipeline {c['pipeline']} ({pipeline_buffers(c['pipeline'])} cp.async buffers) "
+                                      f"with auto_unroll_max_step {c['auto_unroll_max_step']} needs unroll_explicit 1: "
+                                      f"TVM's CUDA code generation needs the drained pipeline's wait counts unrolled")]
 
 
 def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:

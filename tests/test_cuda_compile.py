@@ -1,0 +1,73 @@
+"""Every kernel compiles for the GPUs it is meant for, as a GPU machine compiles it (TVM through NVRTC, then
+ptxas), on a machine without one; and no valid config makes a kernel that cannot launch."""
+import pytest
+
+from trial import build, check, templates
+from trial.archs import target_of
+from trial.templates import conv2d, tensorcore
+from trial.workload import parse_name
+
+from cuda_kernels import valid_configs
+from nvrtc import LOCAL_MEMORY_PER_THREAD, compile_kernels, toolkit
+
+STUDY = ["mm/N512K1024M1024", "mm/N512K1024M4096PTN", "mm/N512K4096M1024PNT", "bmm/B960N128K128M64PNN",
+         "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0", "conv/N512C64HW27F192K5ST1PD2",
+         "mm/N197K768M3072PTT", "bmm/B1N49K1000M768PTN"]
+TENSOR_CORE = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTT_f16", "bmm/B960N128K128M64PTN_f16",
+               "mm/N512K4096M1024PNT_i8", "bmm/B960N128K64M128PNT_i8"]
+CASES = [(name, arch) for name in STUDY + TENSOR_CORE for arch in ("sm_90", "sm_80")] + \
+        [("mm/N512K1024M1024PNT_e4m3", "sm_90"), ("mm/N1024K4096M512PNT_e4m3", "sm_89")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cuda_toolkit():
+    with toolkit() as folder:
+        yield folder
+
+
+def kernels(name, config, arch):
+    wl = parse_name(name)
+    return compile_kernels(build.build(wl, templates.load(wl), config, target_of(arch)).mod.imports[0].inspect_source(),
+                           arch)
+
+
+@pytest.mark.parametrize("name,arch", CASES)
+def test_valid_configs_compile_and_launch(name, arch):
+    """The hand-picked config and random valid ones compile for the architecture whose limits they keep; no
+    kernel's local memory exceeds what a CUDA thread may have, and the hand-picked config keeps everything
+    in registers (a tensor-core kernel's fragments included)."""
+    wl = parse_name(name)
+    default, *sampled = valid_configs(wl, target_of(arch), 4, seed=5)
+    assert all(k.stack_bytes == 0 for k in kernels(name, default, arch)), default
+    for config in sampled:
+        reports = kernels(name, config, arch)
+        assert reports and all(k.stack_bytes <= LOCAL_MEMORY_PER_THREAD for k in reports), (config, reports)
+
+
+@pytest.mark.parametrize("name,split", [("mm/N512K1024M4096_f16", [2, 8, 2, 2]), ("bmm/B960N128K128M64PTN_f16", [2, 2, 1, 2]),
+                                        ("bmm/B960N128K64M128PNT_i8", [2, 1, 1, 1])])
+def test_split_k_sums_keep_each_threads_outputs_in_registers(name, split):
+    """The kernel that adds split-K's partials keeps a thread's four outputs in registers for rows longer
+    than its 1,024 outputs a block and for batches too (its local buffer once spanned the whole output:
+    16 MB a thread for mm/N512K1024M4096, which no GPU launches)."""
+    wl = parse_name(name)
+    config = {**tensorcore.default_params(wl, True), "K": split}
+    check.check(wl, tensorcore, config, target_of("sm_90"))
+    reports = kernels(name, config, "sm_90")
+    assert len(reports) == 2 and all(k.stack_bytes == 0 for k in reports), reports
+
+
+def test_deep_conv_pipelines_need_their_unrolling_in_tir():
+    """Three or four cp.async buffers drain with waits for falling counts, which CUDA code generation needs
+    as constants: left to the compiler's unrolling, the build fails; the rule asks for explicit unrolling,
+    with which the same config compiles."""
+    wl = parse_name("conv/N512C64HW27F192K5ST1PD2")
+    config = {**conv2d.default_params(wl, True), "pipeline": 3, "auto_unroll_max_step": 256, "unroll_explicit": 0}
+    with pytest.raises(ValueError, match="cp_async_wait_group: immediate operands must become compile-time constants"):
+        kernels(wl.name, config, "sm_90")
+    with pytest.raises(check.InvalidConfig, match="pipeline 3 \\(3 cp.async buffers\\) with auto_unroll_max_step 256 "
+                                                  "needs unroll_explicit 1"):
+        check.check(wl, conv2d, config, target_of("sm_90"))
+    explicit = {**config, "unroll_explicit": 1}
+    check.check(wl, conv2d, explicit, target_of("sm_90"))
+    assert kernels(wl.name, explicit, "sm_90")
