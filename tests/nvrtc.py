@@ -3,18 +3,16 @@
 On a GPU machine TVM compiles a kernel's CUDA source with NVRTC (`tvm.support.nvcc.compile_cuda`, which
 finds the toolkit through CUDA_PATH).  Here NVRTC, the CUDA headers and ptxas come from NVIDIA's wheels
 (the `test` extra), laid out as a toolkit folder for TVM; `ptxas -v` on the PTX then reports each kernel's
-registers, local memory (stack frame, spills) and static shared memory, so the tests see compile errors
-and kernels that cannot launch, or keep arrays in local memory, without a GPU.
+local memory (its stack frame), so the tests see compile errors and kernels that cannot launch, or keep
+arrays in local memory, without a GPU.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,19 +31,16 @@ class KernelReport:
     """What ptxas reports for one kernel."""
 
     name: str
-    registers: int
     stack_bytes: int
-    spill_bytes: int
-    shared_bytes: int
 
 
 def _package_dir(package) -> Path:
     return Path(next(iter(package.__path__)))
 
 
-def _toolkit(folder: Path) -> Path:
-    """A CUDA_PATH for TVM: include/ with the runtime's and the compiler's headers, and the CCCL headers
-    where TVM looks for them (targets/<machine>-linux/include/cccl)."""
+def toolkit(folder: Path) -> Path:
+    """Make `folder` a CUDA_PATH for TVM: include/ with the runtime's and the compiler's headers, and the
+    CCCL headers where TVM looks for them (targets/<machine>-linux/include/cccl)."""
     include = folder / "include"
     include.mkdir()
     for package in (nvidia.cuda_runtime, nvidia.cuda_nvcc):
@@ -58,24 +53,9 @@ def _toolkit(folder: Path) -> Path:
     return folder
 
 
-@contextlib.contextmanager
-def toolkit() -> Iterator[Path]:
-    """CUDA_PATH set to a toolkit folder made of the wheels, for as long as the context lasts."""
-    before = os.environ.get("CUDA_PATH")
-    with tempfile.TemporaryDirectory(prefix="cuda-") as folder:
-        os.environ["CUDA_PATH"] = str(_toolkit(Path(folder)))
-        try:
-            yield Path(folder)
-        finally:
-            if before is None:
-                os.environ.pop("CUDA_PATH")
-            else:
-                os.environ["CUDA_PATH"] = before
-
-
 def compile_kernels(source: str, arch: str) -> list[KernelReport]:
     """NVRTC (through TVM, as on a GPU machine) to PTX, then ptxas for `arch` ("sm_90"); raises on an error
-    of either, with the compiler's message.  Call inside `toolkit()`."""
+    of either, with the compiler's message.  CUDA_PATH must name a `toolkit` folder."""
     ptx = bytes(nvcc.compile_cuda(source, target_format="ptx", arch=arch))
     with tempfile.TemporaryDirectory(prefix="ptx-") as folder:
         path = Path(folder) / "kernels.ptx"
@@ -87,14 +67,8 @@ def compile_kernels(source: str, arch: str) -> list[KernelReport]:
     return _reports(done.stderr + done.stdout)
 
 
-def _number(pattern: str, text: str) -> int:
-    found = re.search(pattern, text)
-    return int(found.group(1)) if found else 0
-
-
 def _reports(info: str) -> list[KernelReport]:
     """One report per "Compiling entry function" section of ptxas -v."""
-    return [KernelReport(re.match(r"'(\w+)'", section).group(1), _number(r"Used (\d+) registers", section),
-                         _number(r"(\d+) bytes stack frame", section), _number(r"(\d+) bytes spill stores", section),
-                         _number(r"(\d+) bytes smem", section))
+    return [KernelReport(re.match(r"'(\w+)'", section).group(1),
+                         int(re.search(r"(\d+) bytes stack frame", section).group(1)))
             for section in info.split("Compiling entry function ")[1:]]

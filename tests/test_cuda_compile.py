@@ -1,5 +1,7 @@
 """Every kernel compiles for the GPUs it is meant for, as a GPU machine compiles it (TVM through NVRTC, then
 ptxas), on a machine without one; and no valid config makes a kernel that cannot launch."""
+from pathlib import Path
+
 import pytest
 
 from trial import build, check, templates
@@ -20,9 +22,10 @@ CASES = [(name, arch) for name in STUDY + TENSOR_CORE for arch in ("sm_90", "sm_
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cuda_toolkit():
-    with toolkit() as folder:
-        yield folder
+def cuda_toolkit(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDA_PATH", str(toolkit(Path(tmp_path_factory.mktemp("cuda")))))
+        yield
 
 
 def kernels(name, config, arch):
