@@ -16,6 +16,9 @@ from trial.measure import Options
 from trial.verify import int8_bound
 from trial.workload import Workload
 
+GRAPH_CALLS = 100
+"""Calls captured in one graph; a timed repeat replays it until it lasts `min_repeat_ms`."""
+
 
 def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
              min_repeat_ms: float = Options.min_repeat_ms) -> dict[str, Any] | None:
@@ -40,7 +43,14 @@ def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
 def time_vendor(wl: Workload, repeat: int = Options.repeat,
                 min_repeat_ms: float = Options.min_repeat_ms) -> dict[str, Any] | None:
     """Median latency (ms) and GFLOPS of the vendor library on `wl`, on the current CUDA device; None where
-    the library has no kernel for it (`_call`)."""
+    the library has no kernel for it (`_call`).
+
+    The calls are replayed from a CUDA graph: launched one by one from Python, each costs the CPU more
+    (PyTorch's dispatch, ~15 us on an H100 machine) than a small GEMM takes on the GPU, so the GPU waited
+    between calls and the library read at half its speed, and lower still while tuning loaded the CPU.
+    TVM's kernels are launched from C++ by `time_evaluator`, fast enough for every kernel we time.  Where a
+    call cannot be captured, it is timed eagerly, and "timing" says so.
+    """
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -50,25 +60,38 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat,
     if found is None:
         return None
     name, fn = found
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
+    side = torch.cuda.Stream()  # warm-up (cuDNN's algorithm search, cuBLAS's workspace) off the capture stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    one = _elapsed_ms(torch, fn)
+    calls = max(1, min(GRAPH_CALLS, int(min_repeat_ms / max(one, 1e-3))))
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        run, timing = graph.replay, "CUDA graph"
+    except RuntimeError:  # not capturable: time the calls as launched
+        run, timing = (lambda: [fn() for _ in range(calls)]), "eager"
+    run()
+    replays = max(1, int(min_repeat_ms / max(_elapsed_ms(torch, run), 1e-3)))
+    ms = statistics.median(_elapsed_ms(torch, run, replays) / calls for _ in range(repeat))
+    return {"library": name, "latency_ms": ms, "gflops": wl.flops / ms / 1e6, "timing": timing}
+
+
+def _elapsed_ms(torch: Any, run: Callable[[], Any], times: int = 1) -> float:
+    """GPU milliseconds of `times` runs of `run`, between two CUDA events, per run."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
     start.record()
-    fn()
+    for _ in range(times):
+        run()
     end.record()
     end.synchronize()
-    number = max(1, int(min_repeat_ms / max(start.elapsed_time(end), 1e-3)))
-    times = []
-    for _ in range(repeat):
-        start.record()
-        for _ in range(number):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / number)
-    ms = statistics.median(times)
-    return {"library": name, "latency_ms": ms, "gflops": wl.flops / ms / 1e6}
+    return start.elapsed_time(end) / times
 
 
 def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
