@@ -1,5 +1,6 @@
 """Every kernel compiles for the GPUs it is meant for, as a GPU machine compiles it (TVM through NVRTC, then
 ptxas), on a machine without one; and no valid config makes a kernel that cannot launch."""
+import re
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,13 @@ def cuda_toolkit(tmp_path_factory):
         yield
 
 
-def kernels(name, config, arch):
+def cuda_source(name, config, arch):
     wl = parse_name(name)
-    return compile_kernels(build.build(wl, templates.load(wl), config, target_of(arch)).mod.imports[0].inspect_source(),
-                           arch)
+    return build.build(wl, templates.load(wl), config, target_of(arch)).mod.imports[0].inspect_source()
+
+
+def kernels(name, config, arch):
+    return compile_kernels(cuda_source(name, config, arch), arch)
 
 
 @pytest.mark.parametrize("name,arch", CASES)
@@ -58,6 +62,21 @@ def test_split_k_sums_keep_each_threads_outputs_in_registers(name, split):
     check.check(wl, tensorcore, config, target_of("sm_90"))
     reports = kernels(name, config, "sm_90")
     assert len(reports) == 2 and all(k.stack_bytes == 0 for k in reports), reports
+
+
+@pytest.mark.parametrize("name", ["bmm/B960N128K128M64PNN", "bmm/B960N128K64M128PNT"])
+def test_a_thread_keeps_one_batchs_accumulators_in_registers(name):
+    """A thread that sums several batches (`B[1]` > 1) holds one batch's accumulators at a time: held for all
+    its batches, they were indexed by the rolled batch loop at run time, which put them in local memory
+    (112 to 688 bytes a thread in 7 of these 10 configs; on an H100 the fix made such kernels 1.0-3.3x faster)."""
+    wl = parse_name(name)
+    configs = [c for c in valid_configs(wl, target_of("sm_90"), 40, seed=3) if c["B"][1] >= 2 and c["K"][0] == 1][:5]
+    assert len(configs) == 5
+    for config in configs:
+        source = cuda_source(name, config, "sm_90")
+        (declared,) = re.findall(r"float C_local(?:_ptr)?\[(\d+)\];", source)
+        assert int(declared) == config["X"][1] * config["X"][3] * config["Y"][1] * config["Y"][3], config
+        assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90")), config
 
 
 def test_deep_conv_pipelines_need_their_unrolling_in_tir():

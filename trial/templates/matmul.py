@@ -140,10 +140,14 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     if split:
         main = sch.rfactor(ks, 0)  # block C_rf: each K slice's partial sum; C: their sum
         _sum_partials(sch, C, batch, gpu)
-        *grid, i0, j0, i1, j1, i2, j2 = sch.get_loops(main)[:len(grid) + 6]  # rfactor made new loops
+        loops = sch.get_loops(main)  # rfactor made new loops
+        grid, (i0, j0, i1, j1, i2, j2), inner = loops[:len(grid)], loops[len(grid):len(grid) + 6], \
+            loops[len(grid) + 6:len(grid) + 6 + len(inner)]
         k0, k1, _, _, j3 = sch.get_loops(main)[-5:]
+    # the accumulators of one batch at a time: over a thread's batch loop, which TIR leaves rolled, they
+    # would be indexed by the batch at run time, and nvcc puts such an array in local memory
     CL = sch.cache_write(main, 0, "local")
-    sch.reverse_compute_at(CL, j2)
+    sch.reverse_compute_at(CL, inner[0] if inner else j2)
     if gpu:
         scope = shared_scope(target, resources(wl, p)["shared_bytes"])
         _gpu(sch, p, main, grid, (i0, j0, i1, j1, i2, j2), (k0, k1), scope)
