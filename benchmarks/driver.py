@@ -232,8 +232,8 @@ def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = registr
     replaced template (`options.template`, tests) has no rules.  `evaluate` replaces
     `measure(wl, params, options)` (tests).
     """
-    template = templates.load(wl, options.template)
     target = None if options.template else device(options.target, options.runner)
+    template = templates.load(wl, options.template, target)
     instance, twin = make_tuner(tuner, seed, wl, target)
     native = template.search_space(wl)
     allowed = None if target is None else ConstrainedSpace.of(

@@ -50,7 +50,8 @@ def stand_in(wl: Workload, template: Any, target: Target) -> Callable[[dict[str,
 def measure_tuner(name: str, workload: str, arch: str, trials: int, workers: int, seed: int = 0) -> dict[str, Any]:
     """One tuner's run against the stand-in: proposals per second of tuner time, and the valid share."""
     wl = parse_name(workload)
-    template, target = templates.load(wl), target_of(arch)
+    target = target_of(arch)
+    template = templates.load(wl, target=target)
     tuner, _ = driver.make_tuner(name, seed, wl, target)
     run = driver.drive(tuner, template.search_space(wl), trials, workers, stand_in(wl, template, target))
     valid = sum(t.result.status == Status.OK for t in run.trials)

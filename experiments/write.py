@@ -92,7 +92,7 @@ def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
     target, known = _target(arch, runner)
     out = folder(wl, root)
     out.mkdir(parents=True, exist_ok=True)
-    template = templates.load(wl)
+    template = templates.load(wl, target=known)
     space = template.search_space(wl)
     allowed = None if known is None else ConstrainedSpace.of(
         SearchSpace.from_json(space), KernelRules(wl, template, known)).domains()

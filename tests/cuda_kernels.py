@@ -25,9 +25,10 @@ from trial.target import Target
 from trial.workload import Workload
 
 
-def valid_configs(wl: Workload, target: Target, count: int, seed: int = 0) -> list[dict[str, Any]]:
-    """The template's hand-picked GPU config and `count` samples of its constrained space on `target`."""
-    template = templates.load(wl)
+def valid_configs(wl: Workload, target: Target, count: int, seed: int = 0, template: Any = None) -> list[dict[str, Any]]:
+    """The hand-picked GPU config of `template` (default: the portable one) and `count` samples of its
+    constrained space on `target`."""
+    template = template or templates.load(wl)
     space = ConstrainedSpace.of(SearchSpace.from_json(template.search_space(wl)), KernelRules(wl, template, target))
     rng = random.Random(seed)
     return [template.default_params(wl, True), *(space.sample(rng) for _ in range(count))]

@@ -68,6 +68,8 @@ def build(wl: Workload, template: Any, params: dict[str, Any], target: Target) -
     """Schedule and compile to a tvm.runtime.Executable; TVM errors propagate (compile errors).
 
     Asynchronous copies are lowered only where the target has them; schedules that ask for none are
-    unaffected by the setting.
+    unaffected by the setting.  A template with its own `compile_kernel` (wgmma.py: TIRx) compiles itself.
     """
-    return compile_module(template.schedule(wl, params, target), target.target, target.async_copy)
+    mod = template.schedule(wl, params, target)
+    own = getattr(template, "compile_kernel", None)
+    return own(mod, target) if own else compile_module(mod, target.target, target.async_copy)

@@ -55,6 +55,9 @@ def device_rules(target: Target) -> list[Rule]:
         Rule(lambda r, c: float(r.get("min_cuda_arch", 0) > target.cuda_arch), 0.0,
              lambda r, c: f"these tensor-core instructions need CUDA sm_{r['min_cuda_arch']} or newer, "
                           f"not {target.device_name}"),
+        Rule(lambda r, c: float(r.get("exact_cuda_arch", target.cuda_arch) != target.cuda_arch), 0.0,
+             lambda r, c: f"these instructions exist on CUDA sm_{r['exact_cuda_arch']} only, not on "
+                          f"{target.device_name}"),
         Rule(lambda r, c: r["threads"], lim.max_threads_per_block,
              lambda r, c: f"{r['threads']} threads per block > device limit {lim.max_threads_per_block}"),
         *dims,

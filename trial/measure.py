@@ -53,7 +53,7 @@ def _precheck(wl: Workload, params: dict[str, Any] | None, options: Options) -> 
         return MeasureResult(Status.INVALID, problem, params, target=known.label, device=known.device_name)
     if params is None:
         return None
-    template = templates.load(wl, options.template)
+    template = templates.load(wl, options.template, known, params)
     params = from_twin(template.search_space(wl), params)
     try:
         check.check(wl, template, params, known)

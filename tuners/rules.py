@@ -47,9 +47,10 @@ class TargetRules:
         return self._target
 
     def of(self, space: SearchSpace) -> KernelRules:
-        template = templates.load(self.wl)
-        expected = list(template.search_space(self.wl))
-        if space.names != expected:
+        found = templates.candidates(self.wl)
+        template = next((t for t in found if list(t.search_space(self.wl)) == space.names), None)
+        if template is None:
+            expected = " or ".join(f"({', '.join(t.search_space(self.wl))})" for t in found)
             raise ValueError(f"with target, the search space must be {self.wl.name}'s template's "
-                             f"({', '.join(expected)}), got {', '.join(space.names)}")
+                             f"{expected}, got {', '.join(space.names)}")
         return KernelRules(self.wl, template, self.target)

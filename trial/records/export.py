@@ -38,7 +38,7 @@ def export(wl: Workload, record: Record, out: Path, target_kind: str = "auto", r
                           f"device is {target.device_name!r}: export on that machine, or pick a record of "
                           f"this device with --device")
     try:
-        check.check(wl, templates.load(wl), record.params, target)
+        check.check(wl, templates.load(wl, target=target, params=record.params), record.params, target)
     except check.InvalidConfig as err:  # e.g. recorded before the template's knobs changed
         raise ExportError(f"the recorded knobs do not fit the template on this device: {err}") from None
     out.mkdir(parents=True, exist_ok=True)

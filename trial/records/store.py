@@ -164,5 +164,6 @@ def decode_metric(data: str) -> Any:
 
 
 def fits_template(wl: Workload) -> Callable[[Any], bool]:
-    """Whether recorded knobs fit the op's template as it is now: records outlive knob changes."""
-    return SearchSpace.from_json(templates.load(wl).search_space(wl)).contains
+    """Whether recorded knobs fit one of the op's templates as it is now: records outlive knob changes."""
+    spaces = [SearchSpace.from_json(t.search_space(wl)) for t in templates.candidates(wl)]
+    return lambda params: any(space.contains(params) for space in spaces)

@@ -40,7 +40,7 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
     sys.path.extend(p for p in sys_path if p not in sys.path)
     wl = parse(op, spec)
     tgt = Target.from_description(target)
-    template = templates.load(wl, template_name)
+    template = templates.load(wl, template_name, tgt, params)
     params = template.default_params(wl, tgt.is_gpu) if params is None else from_twin(template.search_space(wl), params)
     try:
         check.check(wl, template, params, tgt)

@@ -8,23 +8,55 @@ A template module provides
   resources(wl, params) -> dict         threads, thread_dims (x, y, z), shared_bytes,
                                         registers_per_thread of one GPU thread block, and
                                         async_copy if it needs cp.async, min_cuda_arch if it
-                                        needs that architecture's tensor cores
+                                        needs that architecture's tensor cores, exact_cuda_arch
+                                        if only that one has its instructions
+and may provide
+  rules(wl) -> list[Rule]               its own rules beyond the device's limits
+  applies(wl, target) -> bool           whether it serves `wl` on `target` (device-specific ones)
+  compile_kernel(mod, target)           its own compilation, instead of trial/build.py's pipeline
 Templates import TVM only inside prim_func and schedule, so knob checks stay cheap.
 """
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from searchspace import from_twin
 
 from ..workload import Workload
 
+if TYPE_CHECKING:
+    from ..target import Target
+
 BY_OP = {"mm": "trial.templates.matmul", "bmm": "trial.templates.matmul", "conv": "trial.templates.conv2d"}
 TENSOR_CORE = "trial.templates.tensorcore"  # mm and bmm in the narrow types (trial/dtypes.py)
+WGMMA = "trial.templates.wgmma"  # float16 mm on Hopper (its `applies`)
 
 
-def load(wl: Workload, name: str | None = None) -> Any:
-    """The template module for `wl` (by its op and element type), or the one `name` gives instead
-    ("pkg.module" or "pkg.module:attr")."""
-    module, _, attr = (name or (TENSOR_CORE if wl.element.mma_k else BY_OP[wl.op])).partition(":")
-    found = importlib.import_module(module)
-    return getattr(found, attr) if attr else found
+def candidates(wl: Workload) -> list[Any]:
+    """The template modules that can serve `wl`, the device-specific ones first, the portable one last."""
+    if not wl.element.mma_k:
+        return [importlib.import_module(BY_OP[wl.op])]
+    hopper = wl.op == "mm" and wl.dtype == "float16"
+    return [importlib.import_module(m) for m in ((WGMMA, TENSOR_CORE) if hopper else (TENSOR_CORE,))]
+
+
+def load(wl: Workload, name: str | None = None, target: Target | None = None,
+         params: Mapping[str, Any] | None = None) -> Any:
+    """The template module for `wl`.
+
+    `name` ("pkg.module" or "pkg.module:attr") replaces the choice.  Otherwise, of `candidates(wl)`, the
+    one whose knobs `params` has (natively or twin-encoded), since a configuration names its kernel
+    family, or the portable one where none has them; without `params`, the first that serves `target`
+    (a template's `applies(wl, target)`), else the portable one.
+    """
+    if name:
+        module, _, attr = name.partition(":")
+        found = importlib.import_module(module)
+        return getattr(found, attr) if attr else found
+    found = candidates(wl)
+    if params is not None:
+        return next((t for t in found if set(from_twin(t.search_space(wl), params)) == set(t.search_space(wl))),
+                    found[-1])
+    return next((t for t in found[:-1] if t.applies(wl, target)), found[-1])

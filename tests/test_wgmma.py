@@ -1,0 +1,99 @@
+"""The Hopper warpgroup-MMA template: chosen for float16 mm on sm_90 only, its knobs checked against the
+device, its kernels compiled as a GPU machine compiles them (NVRTC, then ptxas for sm_90a) in every
+layout, and every suite tuner proposing only configs of its space that the device runs.  (Its results
+are verified on GPUs only: a CPU has no wgmma; the CPU keeps the tensor-core template's plain schedule.)"""
+import json
+import re
+from pathlib import Path
+
+import pytest
+from tuner_harness import FakeNNI, make_tuner, no_checkpoint_dir  # noqa: F401
+
+from benchmarks.proposals import stand_in
+from experiments import write
+from searchspace import SearchSpace
+from trial import build, check, templates
+from trial.archs import target_of
+from trial.constraints import KernelRules
+from trial.templates import tensorcore, wgmma
+from trial.workload import parse_name
+from tuners.gbfs import GBFSTuner
+from tuners.na2c import NA2CTuner
+from tuners.opevo import OpEvoTuner
+
+from cuda_kernels import valid_configs
+from nvrtc import compile_kernels, toolkit
+
+SM90, SM80 = target_of("sm_90"), target_of("sm_80")
+LARGE = "mm/N512K1024M4096_f16"
+
+
+def test_float16_mm_on_hopper_gets_the_wgmma_template_and_configs_name_theirs():
+    wl = parse_name(LARGE)
+    assert templates.load(wl, target=SM90) is wgmma
+    assert templates.load(wl, target=SM80) is tensorcore and templates.load(wl) is tensorcore
+    assert templates.load(parse_name("mm/N96K1024M4096_f16"), target=SM90) is tensorcore  # N not in 64s
+    assert templates.load(parse_name("bmm/B2N64K64M64_f16"), target=SM90) is tensorcore
+    assert templates.load(parse_name("mm/N512K1024M4096_i8"), target=SM90) is tensorcore
+    assert templates.load(wl, params=wgmma.default_params(wl, True)) is wgmma
+    assert templates.load(wl, target=SM90, params=tensorcore.default_params(wl, True)) is tensorcore
+    assert wgmma not in templates.candidates(parse_name("mm/N512K1024M4096_i8"))
+
+
+def test_the_device_and_the_tiles_decide_what_is_valid():
+    wl = parse_name(LARGE)
+    assert not KernelRules(wl, wgmma, SM90).problems(wgmma.default_params(wl, True))
+    assert KernelRules(wl, wgmma, SM80).problems(wgmma.default_params(wl, True))[0] == \
+        "these instructions exist on CUDA sm_90 only, not on any sm_80 GPU"
+    small = parse_name("mm/N192K1024M4096_f16")
+    with pytest.raises(check.InvalidConfig, match=r"247808 bytes of shared memory per block > device limit 232448; "
+                                                  r"rows 128 do not divide N 192"):
+        check.check(small, wgmma, {"rows": 128, "cols": 256, "stages": 5, "in_flight": 0, "producer": 0, "cluster": 1}, SM90)
+    assert wgmma.default_params(small, True)["rows"] == 64
+    check.check(small, wgmma, wgmma.default_params(small, True), SM90)
+    with pytest.raises(check.InvalidConfig, match="K 96 is not a multiple of the 64-deep K tile"):
+        check.check(parse_name("mm/N128K96M128_f16"), wgmma, wgmma.default_params(small, True), SM90)
+
+
+@pytest.fixture(scope="module")
+def cuda_toolkit(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDA_PATH", str(toolkit(Path(tmp_path_factory.mktemp("cuda")))))
+        yield
+
+
+@pytest.mark.parametrize("layout,transposes", [("NN", "0_1"), ("NT", "0_0"), ("TN", "1_1"), ("TT", "1_0")])
+def test_every_layout_compiles_for_sm_90a_with_its_operands_transposes(cuda_toolkit, layout, transposes):
+    """A (N, K) and B (K, M) in shared memory as TMA writes them: K-major operands (A of N*, B of *T) with the
+    transpose bit 0, MN-major ones with 1; the kernel keeps everything in registers and shared memory, and
+    compiles without local memory."""
+    wl = parse_name(f"mm/N512K1024M1024P{layout}_f16")
+    for config in valid_configs(wl, SM90, 2, seed=4, template=wgmma):
+        source = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source()
+        assert set(re.findall(r"wgmma_f16_ss_mma_async_sync_aligned_m64n(\d+)k16_f32_f16_f16_1_1_(\d_\d)", source)) == \
+            {(str(config["cols"]), transposes)}, config
+        assert re.findall(r"cp_async_bulk_tensor", source), config
+        assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a")), config
+
+
+@pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
+def test_every_proposal_is_a_wgmma_kernel_the_device_runs(cls):
+    """138 of the space's 256 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
+    divide M, the largest tiles with 5 stages exceed the shared memory): the tuners propose only those."""
+    wl = parse_name(LARGE)
+    space = SearchSpace.from_json(wgmma.search_space(wl))
+    assert sum(not KernelRules(wl, wgmma, SM90).problems(c) for c in space.values()) == 138
+    evaluate = stand_in(wl, wgmma, SM90)
+    tuner = make_tuner(cls, wgmma.search_space(wl), workload=LARGE, target="sm_90", seed=1)
+    run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=4).run(40)
+    assert len(run.proposed) == 40 and all(outcome is not None for outcome in run.outcomes)
+
+
+def test_an_experiment_for_hopper_searches_the_wgmma_knobs(tmp_path):
+    """Written for sm_90 (or on an H100), the experiment's space is the wgmma template's; written for
+    whichever GPU runs it (`--arch auto`), the portable tensor-core template's."""
+    wl = parse_name(LARGE)
+    hopper = write.write(wl, tmp_path / "h", arch="sm_90")
+    assert list(json.loads((hopper / "search_space.json").read_text())) == list(wgmma.search_space(wl))
+    anywhere = write.write(wl, tmp_path / "a", arch="auto")
+    assert list(json.loads((anywhere / "search_space.json").read_text())) == list(tensorcore.search_space(wl))
