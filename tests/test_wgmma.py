@@ -79,7 +79,8 @@ def test_every_layout_compiles_for_sm_90a_with_its_operands_transposes(cuda_tool
 @pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
 def test_every_proposal_is_a_wgmma_kernel_the_device_runs(cls):
     """138 of the space's 256 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
-    divide M, the largest tiles with 5 stages exceed the shared memory): the tuners propose only those."""
+    divide M, cluster 2 needs producer 1, the largest tiles with 5 stages exceed the shared memory): the
+    tuners propose only those."""
     wl = parse_name(LARGE)
     space = SearchSpace.from_json(wgmma.search_space(wl))
     assert sum(not KernelRules(wl, wgmma, SM90).problems(c) for c in space.values()) == 138
