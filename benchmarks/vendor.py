@@ -47,7 +47,8 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat,
 
     The calls are replayed from a CUDA graph: launched one by one from Python, each costs the CPU more
     (PyTorch's dispatch, ~15 us on an H100 machine) than a small GEMM takes on the GPU, so the GPU waited
-    between calls and the library read at half its speed, and lower still while tuning loaded the CPU.
+    between calls and the library read up to 4x slow (docs/benchmarks.md), lower still while tuning
+    loaded the CPU.
     TVM's kernels are launched from C++ by `time_evaluator`, fast enough for every kernel we time.  Where a
     call cannot be captured, it is timed eagerly, and "timing" says so.
     """

@@ -47,10 +47,9 @@ class TargetRules:
         return self._target
 
     def of(self, space: SearchSpace) -> KernelRules:
-        found = templates.candidates(self.wl)
-        template = next((t for t in found if list(t.search_space(self.wl)) == space.names), None)
+        template = templates.with_knobs(self.wl, space.names)
         if template is None:
-            expected = " or ".join(f"({', '.join(t.search_space(self.wl))})" for t in found)
+            expected = " or ".join(f"({', '.join(t.search_space(self.wl))})" for t in templates.candidates(self.wl))
             raise ValueError(f"with target, the search space must be {self.wl.name}'s template's "
                              f"{expected}, got {', '.join(space.names)}")
         return KernelRules(self.wl, template, self.target)

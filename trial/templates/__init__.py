@@ -19,7 +19,7 @@ Templates import TVM only inside prim_func and schedule, so knob checks stay che
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from searchspace import from_twin
@@ -42,6 +42,12 @@ def candidates(wl: Workload) -> list[Any]:
     return [importlib.import_module(m) for m in ((WGMMA, TENSOR_CORE) if hopper else (TENSOR_CORE,))]
 
 
+def with_knobs(wl: Workload, names: Iterable[str]) -> Any | None:
+    """The template of `candidates(wl)` whose knobs are `names`, or None."""
+    names = set(names)
+    return next((t for t in candidates(wl) if set(t.search_space(wl)) == names), None)
+
+
 def load(wl: Workload, name: str | None = None, target: Target | None = None,
          params: Mapping[str, Any] | None = None) -> Any:
     """The template module for `wl`.
@@ -56,7 +62,6 @@ def load(wl: Workload, name: str | None = None, target: Target | None = None,
         found = importlib.import_module(module)
         return getattr(found, attr) if attr else found
     found = candidates(wl)
-    if params is not None:
-        return next((t for t in found if set(from_twin(t.search_space(wl), params)) == set(t.search_space(wl))),
-                    found[-1])
+    if params is not None:  # decoded by each template's space: a twin-encoded name is one of its knobs' parts
+        return next((t for t in found if with_knobs(wl, from_twin(t.search_space(wl), params)) is t), found[-1])
     return next((t for t in found[:-1] if t.applies(wl, target)), found[-1])

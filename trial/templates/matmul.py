@@ -140,9 +140,8 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     if split:
         main = sch.rfactor(ks, 0)  # block C_rf: each K slice's partial sum; C: their sum
         _sum_partials(sch, C, batch, gpu)
-        loops = sch.get_loops(main)  # rfactor made new loops
-        grid, (i0, j0, i1, j1, i2, j2), inner = loops[:len(grid)], loops[len(grid):len(grid) + 6], \
-            loops[len(grid) + 6:len(grid) + 6 + len(inner)]
+        loops, n = sch.get_loops(main), len(grid)  # rfactor made new loops
+        grid, (i0, j0, i1, j1, i2, j2), inner = loops[:n], loops[n:n + 6], loops[n + 6:n + 6 + len(inner)]
         k0, k1, _, _, j3 = sch.get_loops(main)[-5:]
     # the accumulators of one batch at a time: over a thread's batch loop, which TIR leaves rolled, they
     # would be indexed by the batch at run time, and nvcc puts such an array in local memory

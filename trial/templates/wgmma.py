@@ -144,7 +144,8 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     return tvm.IRModule({"main": _kernel(wl, p)})
 
 
-def _kernel(wl: Workload, p: dict[str, Any]) -> Any:  # noqa: C901 (one kernel, its branches chosen here)
+def _kernel(wl: Workload, p: dict[str, Any]) -> Any:
+    from tvm import tirx
     from tvm.script import tirx as T
 
     n, k, m = wl.dims["N"], wl.dims["K"], wl.dims["M"]
@@ -161,6 +162,7 @@ def _kernel(wl: Workload, p: dict[str, Any]) -> Any:  # noqa: C901 (one kernel, 
     wgmma = f"wgmma.mma_async.sync.aligned.m64n{cols}k16.f32.f16.f16"
     copy = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
     copy_b = copy + ".multicast::cluster" if cluster > 1 else copy
+    to_cluster = [tirx.const((1 << cluster) - 1, "uint16")] if cluster > 1 else []  # multicast's CTA mask
 
     # fmt: off
     @T.macro
@@ -172,13 +174,9 @@ def _kernel(wl: Workload, p: dict[str, Any]) -> Any:  # noqa: C901 (one kernel, 
             T.ptx[copy](A_s.ptr_to([pad + stage * a_stage + q * a.box_elems]), T.address_of(a_map),
                         *a.coords(tile, by * rows, q, 0), T.address_of(bars[stage]))
         for q in T.unroll(0, b.boxes):
-            if cluster > 1:
-                T.ptx[copy_b](B_s.ptr_to([pad + stage * b_stage + q * b.box_elems + rank * b.part_elems]),
-                              T.address_of(b_map), *b.coords(tile, bx * cols, q, rank), T.address_of(bars[stage]),
-                              T.uint16((1 << cluster) - 1))
-            else:
-                T.ptx[copy](B_s.ptr_to([pad + stage * b_stage + q * b.box_elems]), T.address_of(b_map),
-                            *b.coords(tile, bx * cols, q, 0), T.address_of(bars[stage]))
+            T.ptx[copy_b](B_s.ptr_to([pad + stage * b_stage + q * b.box_elems + rank * b.part_elems]),
+                          T.address_of(b_map), *b.coords(tile, bx * cols, q, rank), T.address_of(bars[stage]),
+                          *to_cluster)
 
     @T.macro
     def release(bars, stage, rank):
