@@ -48,11 +48,20 @@ def test_the_device_and_the_tiles_decide_what_is_valid():
     small = parse_name("mm/N192K1024M4096_f16")
     with pytest.raises(check.InvalidConfig, match=r"247808 bytes of shared memory per block > device limit 232448; "
                                                   r"rows 128 do not divide N 192"):
-        check.check(small, wgmma, {"rows": 128, "cols": 256, "stages": 5, "in_flight": 0, "producer": 0, "cluster": 1}, SM90)
+        check.check(small, wgmma, {"rows": 128, "cols": 256, "stages": 5, "in_flight": 0, "producer": 0, "cluster": 1,
+                                   "split": 1}, SM90)
     assert wgmma.default_params(small, True)["rows"] == 64
     check.check(small, wgmma, wgmma.default_params(small, True), SM90)
     with pytest.raises(check.InvalidConfig, match="K 96 is not a multiple of the 64-deep K tile"):
         check.check(parse_name("mm/N128K96M128_f16"), wgmma, wgmma.default_params(small, True), SM90)
+    three_tiles = parse_name("mm/N128K192M128_f16")
+    with pytest.raises(check.InvalidConfig, match="split 2 does not divide K's 3 tiles of 64"):
+        check.check(three_tiles, wgmma, {**wgmma.default_params(three_tiles, True), "split": 2}, SM90)
+    with pytest.raises(check.InvalidConfig, match=r"shares B \(cluster 2\) or splits K \(split > 1\), not both"):
+        check.check(wl, wgmma, {**wgmma.default_params(wl, True), "producer": 1, "cluster": 2, "split": 2}, SM90)
+    split = {**wgmma.default_params(wl, True), "rows": 128, "cols": 256, "stages": 2, "split": 2}
+    assert wgmma.resources(wl, split)["shared_bytes"] == 2 * 1024 + 128 * 256 * 4  # the partial tile, over the stages
+    check.check(wl, wgmma, split, SM90)
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +85,35 @@ def test_every_layout_compiles_for_sm_90a_with_its_operands_transposes(cuda_tool
         assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a")), config
 
 
+@pytest.mark.parametrize("split,cols", [(2, 64), (4, 128), (8, 256)])
+def test_split_ctas_add_their_partial_tiles_through_distributed_shared_memory(cuda_toolkit, split, cols):
+    """Each of a cluster's `split` CTAs multiplies its share of K, then sums its share of the tile's 8-column
+    groups from every CTA's shared memory (one 16-byte `ld.shared::cluster` per CTA and group) and stores it;
+    each pair of sums C receives is loaded once, after it was summed (TVM's CUDA codegen reuses a vector
+    load of the same text within a scope: reading the sums of every group from one place stored the first
+    group's sums everywhere, seen on an H100); no local memory."""
+    wl = parse_name("mm/N512K4096M1024PTN_f16")
+    config = {**wgmma.default_params(wl, True), "cols": cols, "producer": 1, "split": split}
+    check.check(wl, wgmma, config, SM90)
+    source = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source()
+    kernel = source[source.index("__global__ void __launch_bounds__"):]
+    groups = cols // 8
+    assert kernel.count("tvm_builtin_ptx_ld_vec_shared__cluster_v4_f32(") == groups  # groups / split, split CTAs
+    assert re.findall(r"for \(int t = 0; t < (\d+);", kernel)[0] == str(4096 // 64 // split)  # the copies' loop
+    loads = re.findall(r"float2 \w+ = \*\(float2\*\)\(acc_ptr \+ (\d+)\);", kernel)
+    stores = kernel.count("*(half2*)(C_ptr + ")
+    assert stores == 2 * groups // split and sorted(map(int, loads)) == list(range(0, 2 * stores, 2))
+    assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a"))
+
+
 @pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
 def test_every_proposal_is_a_wgmma_kernel_the_device_runs(cls):
-    """138 of the space's 256 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
-    divide M, cluster 2 needs producer 1, the largest tiles with 5 stages exceed the shared memory): the
-    tuners propose only those."""
+    """414 of the space's 1024 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
+    divide M, cluster 2 needs producer 1 and no split, the largest tiles with 5 stages exceed the shared
+    memory): the tuners propose only those."""
     wl = parse_name(LARGE)
     space = SearchSpace.from_json(wgmma.search_space(wl))
-    assert sum(not KernelRules(wl, wgmma, SM90).problems(c) for c in space.values()) == 138
+    assert sum(not KernelRules(wl, wgmma, SM90).problems(c) for c in space.values()) == 414
     evaluate = stand_in(wl, wgmma, SM90)
     tuner = make_tuner(cls, wgmma.search_space(wl), workload=LARGE, target="sm_90", seed=1)
     run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=4).run(40)

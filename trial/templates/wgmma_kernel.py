@@ -1,0 +1,238 @@
+"""The TIRx kernel of the wgmma template (wgmma.py declares its knobs, rules and resources).
+
+Shared layout: each K tile of an operand is stored as the TMA writes it with the 128-byte swizzle.  An
+operand whose K is contiguous (A of N*, B of *T) is one box of `rows` x 64; otherwise (A of T*, B of
+*N) it is `rows`/64 boxes of 64 (K) x 64, 8 KiB apart.  Their descriptors (16-byte units, PTX ISA
+"matrix descriptor"; the MN-major pair as CUTLASS's make_gmma_desc gives it, verified on an H100):
+K-major LBO 1 (unused), SBO 64 (8 rows of 128 B), k16 step +32 B; MN-major LBO 512 (between 64-wide
+boxes), SBO 64 (8 K rows), k16 step +2 KiB.  The wgmma's transpose bit is 1 for MN-major operands.
+
+A cluster of CTAs either shares B (`cluster` 2: each loads half of every B box, multicast to both) or
+splits K (`split` s: each multiplies 1/s of the K tiles for the same output tile).  Split CTAs then
+write their float32 accumulators over their own stages, and after a cluster barrier each sums 1/s of
+the tile's columns from all of them through distributed shared memory (`mapa`, `ld.shared::cluster`)
+and stores it: the partial sums never leave the cluster, and no second kernel adds them up.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..workload import Workload
+
+K_TILE = 64  # float16 elements of a 128-byte swizzle row
+BOX = 64  # a box of an MN-major operand: 64 x 64 elements, 8 KiB
+SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B, and the descriptor's layout type for it
+ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
+WARPGROUP = 128
+
+
+def shared_bytes(p: dict[str, Any]) -> int:
+    """The kernel's dynamic shared pool: mbarriers (padded to `ALIGN`), the stages (or, where it is larger,
+    the float32 tile a split CTA hands to its cluster), `ALIGN` of slack for aligning the stages at run time."""
+    stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE * 2
+    partial = p["rows"] * p["cols"] * 4 if p["split"] > 1 else 0
+    return 2 * ALIGN + max(stages, partial)
+
+
+class Operand:
+    """How one input's K tiles are loaded and described: K-major (one box of `rows` x 64) or MN-major
+    (`rows`/64 boxes of 64 x 64).  With `parts` CTAs sharing the tile, each loads 1/`parts` of every box
+    (K-major: of its rows, MN-major: of its 64 K rows), which the TMA multicasts to all of them."""
+
+    def __init__(self, k_major: bool, rows: int, extent: int, k: int, parts: int = 1) -> None:
+        self.k_major, self.rows, self.parts = k_major, rows, parts
+        self.boxes = 1 if k_major else rows // BOX
+        self.box_elems = rows * K_TILE if k_major else BOX * K_TILE
+        self.part_elems = self.box_elems // parts  # a part is whole 128-byte rows: the swizzle is unchanged
+        # tensor map: dims and box innermost first, the row stride in bytes
+        dims, box = ((k, extent), (K_TILE, rows // parts)) if k_major else ((extent, k), (BOX, K_TILE // parts))
+        self.tensor_map = [*dims, dims[0] * 2, *box, 1, 1, 0, SWIZZLE_128B, 2, 0]
+        self.lbo, self.sbo = (1, 64) if k_major else (512, 64)
+        self.k_step = 16 if k_major else 16 * BOX  # elements between the k16 slices of a tile
+        self.transpose = 0 if k_major else 1
+
+    def coords(self, tile: Any, first_row: Any, box: int, part: Any) -> tuple[Any, Any]:
+        """TMA coordinates (innermost first) of part `part` of box `box` of K tile `tile`, rows from `first_row`."""
+        if self.k_major:
+            return tile * K_TILE, first_row + part * (self.rows // self.parts)
+        return first_row + box * BOX, tile * K_TILE + part * (K_TILE // self.parts)
+
+
+def kernel(wl: Workload, p: dict[str, Any]) -> Any:
+    """The PrimFunc of `wl` with knobs `p` (wgmma.py's space)."""
+    from tvm import tirx
+    from tvm.script import tirx as T
+
+    n, k, m = wl.dims["N"], wl.dims["K"], wl.dims["M"]
+    rows, cols, stages, in_flight = p["rows"], p["cols"], p["stages"], p["in_flight"]
+    producer, cluster, split = p["producer"], p["cluster"], p["split"]
+    a_shape, b_shape = wl.input_shapes
+    a = Operand(wl.layout[0] == "N", rows, n, k)
+    b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster)
+    tiles, consumers, acc_len = k // K_TILE // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
+    groups = acc_len // 4  # a thread's accumulators by fours: one 8-column group, rows r and r + 8
+    ctas = cluster * split  # CTAs of a cluster
+    issuer = consumers * WARPGROUP if producer else 0  # the thread that issues the copies
+    issued = tiles if producer else min(stages, tiles)  # tiles it loads before (or without) the consumers
+    a_stage, b_stage = rows * K_TILE, cols * K_TILE
+    stage_bytes = (a_stage + b_stage) * 2  # what arrives in each CTA, its cluster peer's part of B included
+    wgmma = f"wgmma.mma_async.sync.aligned.m64n{cols}k16.f32.f16.f16"
+    copy = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    copy_b = copy + ".multicast::cluster" if cluster > 1 else copy
+    to_cluster = [tirx.const((1 << cluster) - 1, "uint16")] if cluster > 1 else []  # multicast's CTA mask
+
+    # fmt: off
+    @T.macro
+    def load(A_s, B_s, pad, bars, a_map, b_map, stage, tile, bx, by, part):
+        """The issuer: announce a stage's bytes to its mbarrier and start the TMA copies of K tile `tile`:
+        all of A's, and this CTA's part of B's, multicast to the cluster."""
+        T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(bars[stage]), T.uint32(stage_bytes))
+        for q in T.unroll(0, a.boxes):
+            T.ptx[copy](A_s.ptr_to([pad + stage * a_stage + q * a.box_elems]), T.address_of(a_map),
+                        *a.coords(tile, by * rows, q, 0), T.address_of(bars[stage]))
+        for q in T.unroll(0, b.boxes):
+            T.ptx[copy_b](B_s.ptr_to([pad + stage * b_stage + q * b.box_elems + part * b.part_elems]),
+                          T.address_of(b_map), *b.coords(tile, bx * cols, q, part), T.address_of(bars[stage]),
+                          *to_cluster)
+
+    @T.macro
+    def release(bars, stage, part):
+        """A consumer warpgroup is done with a stage: tell the producers of every CTA that writes into it."""
+        T.ptx.mbarrier.arrive.shared.b64(T.address_of(bars[stages + stage]), T.uint32(1))
+        if cluster > 1:
+            peer = T.alloc_local([1], "uint32")
+            T.ptx.mapa.shared__cluster.u32(peer[0], T.cuda.cvta_generic_to_shared(bars.ptr_to([stages + stage])),
+                                           T.uint32(1 - part))
+            T.ptx.mbarrier.arrive.shared__cluster.b64(peer[0])
+
+    @T.macro
+    def store(C, vals, base, g, bx, by, tx):
+        """A thread's four sums vals[base:base + 4] of 8-column group `g` to C.  The m64nN accumulator
+        fragment: warp w of a warpgroup, lane l holds rows 16w + l/4 (+8) and columns 8g + 2(l%4) (+1) of
+        its warpgroup's 64 rows."""
+        row = T.meta_var(by * rows + (tx // WARPGROUP) * 64 + ((tx % WARPGROUP) // 32) * 16 + (tx % 32) // 4)
+        col = T.meta_var(bx * cols + g * 8 + (tx % 4) * 2)
+        for v in T.vectorized(2):
+            C[row, col + v] = T.Cast("float16", vals[base + v])
+        for v in T.vectorized(2):
+            C[row + 8, col + v] = T.Cast("float16", vals[base + 2 + v])
+
+    @T.prim_func
+    def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
+        A = T.match_buffer(A_ptr, a_shape, dtype="float16", align=16)
+        B = T.match_buffer(B_ptr, b_shape, dtype="float16", align=16)
+        C = T.match_buffer(C_ptr, (n, m), dtype="float16", align=16)
+        a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, "float16", 2, A.data, *a.tensor_map)
+        b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, "float16", 2, B.data, *b.tensor_map)
+        T.device_entry()
+        if ctas > 1:  # CTAs of neighbouring row tiles pair up to share B; split CTAs share the output tile
+            # one grid dimension: TVM 0.27 launches a cluster grid flat but reads 2-D cluster ids as such
+            c = T.cluster_id([m // cols * (n // (rows * cluster))])
+            rank = T.cta_id_in_cluster([ctas])
+            bx = T.meta_var(c % (m // cols))
+            by = T.meta_var(c // (m // cols) * cluster + rank % cluster)
+            part = T.meta_var(rank % cluster)  # which part of B this CTA loads for its pair
+            first = T.meta_var(rank // cluster * tiles)  # this CTA's first K tile
+        else:
+            bx, by = T.cta_id([m // cols, n // rows])
+            part = T.meta_var(0)
+            first = T.meta_var(0)
+        tx = T.thread_id([(consumers + producer) * WARPGROUP])
+        pool = T.SMEMPool()
+        bars = pool.alloc((2 * stages,), "uint64", align=8)  # a "full" barrier per stage, then an "empty" one
+        pool.move_base_to(ALIGN)
+        A_s = pool.alloc((stages * a_stage,), "float16", align=ALIGN)
+        B_s = pool.alloc((stages * b_stage,), "float16", align=ALIGN)
+        pool.move_base_to(ALIGN)  # a split CTA's partial tile: over the stages, read by then
+        partial = pool.alloc((rows * cols if split > 1 else 4,), "float32", align=16)
+        pool.commit(shared_bytes(p))
+        # the dynamic shared base is only 64-byte aligned: shift the tiles to a 1024-byte boundary
+        pad: T.int32
+        pad = T.cast((T.uint32(ALIGN) - T.cuda.cvta_generic_to_shared(A_s.ptr_to([0])) % T.uint32(ALIGN))
+                     % T.uint32(ALIGN), "int32") // 2
+        desc_a: T.uint64
+        desc_b: T.uint64
+        acc = T.alloc_local((acc_len,), "float32")
+        if tx == issuer:  # fetch the tensor maps while the barriers are set up
+            T.ptx.prefetch.tensormap(T.address_of(a_map))
+            T.ptx.prefetch.tensormap(T.address_of(b_map))
+        if tx == 0:
+            for s in T.unroll(0, stages):
+                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[s]), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[stages + s]), T.uint32(consumers * cluster))
+        T.ptx.fence.proxy.async_.shared__cta()
+        if cluster > 1:
+            T.cuda.cluster_sync()  # the peer's barriers are ready before anything arrives on them
+        else:
+            T.cuda.cta_sync()
+        if tx == issuer:
+            for t in T.serial(0, issued):
+                if t >= stages:  # the consumers' release of this stage's previous tile (producer only)
+                    T.cuda.mbarrier_wait(T.address_of(bars[stages + t % stages]), (t // stages + 1) % 2)
+                load(A_s, B_s, pad, bars, a_map, b_map, t % stages, first + t, bx, by, part)
+        if tx < consumers * WARPGROUP:
+            for i in T.unroll(0, acc_len):
+                acc[i] = T.float32(0.0)
+            for t in T.serial(0, tiles):
+                T.cuda.mbarrier_wait(T.address_of(bars[t % stages]), (t // stages) % 2)
+                T.cuda.warp_sync()
+                T.ptx.wgmma.fence.sync.aligned()
+                for j in T.unroll(0, 4):
+                    T.cuda.wgmma.encode_matrix_descriptor(
+                        T.address_of(desc_a),
+                        A_s.ptr_to([pad + (t % stages) * a_stage + (tx // WARPGROUP) * (64 * K_TILE) + j * a.k_step]),
+                        a.lbo, a.sbo, SWIZZLE_128B)
+                    T.cuda.wgmma.encode_matrix_descriptor(
+                        T.address_of(desc_b), B_s.ptr_to([pad + (t % stages) * b_stage + j * b.k_step]),
+                        b.lbo, b.sbo, SWIZZLE_128B)
+                    T.ptx[wgmma](*[acc[i] for i in range(acc_len)], desc_a, desc_b, True, 1, 1, a.transpose,
+                                 b.transpose)
+                T.ptx.wgmma.commit_group.sync.aligned()
+                # K tile t - in_flight is done with: its stage may be refilled
+                T.ptx.wgmma.wait_group.sync.aligned(in_flight)
+                if producer == 1:
+                    if t >= in_flight and tx % WARPGROUP == 0:
+                        release(bars, (t - in_flight) % stages, part)
+                else:
+                    T.cuda.cta_sync()
+                    if tx == 0 and t >= in_flight and t - in_flight + stages < tiles:
+                        load(A_s, B_s, pad, bars, a_map, b_map, (t - in_flight) % stages,
+                             first + t - in_flight + stages, bx, by, part)
+            T.ptx.wgmma.wait_group.sync.aligned(0)
+            if split == 1:
+                for g in T.unroll(0, groups):
+                    store(C, acc, g * 4, g, bx, by, tx)
+        if split > 1:
+            T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the partial tile may overwrite them
+            if tx < consumers * WARPGROUP:  # thread-minor, four floats a thread: 16-byte stores, no bank conflict
+                for g in T.unroll(0, groups):
+                    for v in T.vectorized(4):
+                        partial[((tx // WARPGROUP) * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4 + v] = \
+                            acc[g * 4 + v]
+            T.cuda.cluster_sync()  # every CTA's partial tile is written and visible to the cluster
+            if tx < consumers * WARPGROUP:  # CTA `rank` sums and stores groups [rank, rank + 1) * groups / split
+                peer_sums = T.alloc_local((split * 4,), "float32")
+                peer = T.alloc_local([1], "uint32")
+                for j in T.unroll(0, groups // split):
+                    g = T.meta_var(rank * (groups // split) + j)
+                    for r in T.unroll(0, split):  # every CTA's four partial sums, all loads in flight at once
+                        T.ptx.mapa.shared__cluster.u32(
+                            peer[0], T.cuda.cvta_generic_to_shared(partial.ptr_to(
+                                [((tx // WARPGROUP) * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4])),
+                            T.uint32(r))
+                        T.ptx.ld.shared__cluster.v4.f32(peer_sums[r * 4], peer_sums[r * 4 + 1], peer_sums[r * 4 + 2],
+                                                        peer_sums[r * 4 + 3], peer[0])
+                    # the sums of group g go to acc[4j:4j + 4], free by now: a place of their own for each group,
+                    # since TVM's CUDA codegen reuses a vector load of the same text within a scope (stale sums)
+                    for v in T.unroll(0, 4):
+                        acc[j * 4 + v] = peer_sums[v]
+                    for r in T.unroll(1, split):  # in rank order in every CTA and run: deterministic sums
+                        for v in T.unroll(0, 4):
+                            acc[j * 4 + v] = acc[j * 4 + v] + peer_sums[r * 4 + v]
+                    store(C, acc, j * 4, g, bx, by, tx)
+        if ctas > 1:
+            T.cuda.cluster_sync()  # no CTA leaves while a peer may still arrive on its barriers or read its tile
+    # fmt: on
+    return main
