@@ -53,6 +53,7 @@ def test_workers_are_reused_and_only_kernels_wait_for_the_device(private_service
     again = measure(WL, None, FAST)
     assert set(again.extra["stages"]) == {"startup", "setup", "build", "lock_wait", "run", "exit"}
     assert again.extra["stages"]["startup"] < 1.0
+    assert again.report()["timing"] == "launch"  # a CPU kernel is timed call by call (CUDA: from a graph)
 
 
 def test_concurrent_trials_share_one_service(private_service):

@@ -56,11 +56,12 @@ class MeasureResult:
         out = {"default": self.gflops,
                **{k: v for k, v in asdict(self).items() if k not in ("extra", "device_index")}}
         out["status"] = str(self.status)
+        out["timing"] = self.extra.get("timing", "")  # how it was timed: "graph" or "launch" (trial/run.py)
         if self.device_index is not None:
             out["device"] = f"{self.device} (device {self.device_index})"
         # NNI 3.0's dispatcher parses metrics with json_tricks, whose comment stripping breaks on
         # '#' inside nested strings (the metric is then lost): text carries a look-alike instead.
-        for key in ("reason", "target", "device"):
+        for key in ("reason", "target", "device", "timing"):
             out[key] = out[key].replace("#", "\uff03")
         out["parameter_id"] = parameter_id
         return out

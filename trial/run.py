@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 import tvm
+import tvm_ffi
 
-from . import verify
+from . import graphs, verify
 from .workload import Workload
 
 
@@ -20,11 +21,13 @@ class Timing:
     median_s: float
     std_s: float
     repeats: list[float]
+    method: str = "launch"  # "graph": replayed from a CUDA graph (graphs.py); "launch": call by call
 
     def metrics(self, wl: Workload) -> dict[str, Any]:
         """The figures a measurement reports."""
         return {"gflops": wl.flops / self.median_s / 1e9, "latency_ms": self.median_s * 1e3,
-                "latency_std_ms": self.std_s * 1e3, "extra": {"repeats_ms": [r * 1e3 for r in self.repeats]}}
+                "latency_std_ms": self.std_s * 1e3,
+                "extra": {"repeats_ms": [r * 1e3 for r in self.repeats], "timing": self.method}}
 
 
 def _unwritten(dtype: str) -> float | int:
@@ -40,7 +43,8 @@ class WrongResult(RuntimeError):
 def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: int, min_repeat_ms: int,
         args: list[Any] | None = None) -> Timing:
     """Run once on the reference's inputs and check the output, then time with `repeat` repeats of >=
-    `min_repeat_ms` each.
+    `min_repeat_ms` each: on a local CUDA GPU from a CUDA graph (graphs.py), elsewhere (or where the
+    graph fails, the reason kept in `Timing.method`) call by call with TVM's `time_evaluator`.
 
     `mod` is a runtime module with the kernel as "main": a fresh build's `.mod` or an exported
     library loaded with `tvm.runtime.load_module`.  The reference is computed beforehand, so that the
@@ -59,8 +63,16 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
     # and by 1.6x whenever a repeat falls short; a few single calls (plus a margin) estimate it for less
     # of the device's time
     single = min(mod.time_evaluator("main", dev, number=1, repeat=PROBE_CALLS)(*args, out).results)
+    method = "launch"
+    if dev.dlpack_device_type() == tvm_ffi.DLDeviceType.kDLCUDA:  # a local GPU (not one through RPC)
+        kernel = mod["main"]
+        try:
+            repeats = graphs.time_calls(lambda: kernel(*args, out), dev, repeat, min_repeat_ms, single)
+            return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats, "graph")
+        except graphs.GraphError as err:
+            method = f"launch (no graph: {err})"
     number = max(1, math.ceil(1.1 * min_repeat_ms / 1e3 / max(single, 1e-9)))
     timer = mod.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     result = timer(*args, out)
     repeats = [float(r) for r in result.results]
-    return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats)
+    return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats, method)
