@@ -1,11 +1,22 @@
+import fnmatch
+import os
 from multiprocessing.connection import Client
+from pathlib import Path
 
 import pytest
 
 
+def _service_keys(folder):
+    """The services' key files under `folder`.  os.walk, not Path.rglob: a service that stops removes its
+    work folder, and rglob fails on a folder that vanishes while it scans (seen in a full run)."""
+    for root, _, files in os.walk(folder):
+        for name in fnmatch.filter(files, "service-*.key"):
+            yield Path(root) / name
+
+
 def stop_services(folder):
     """Stop every measuring service whose socket lies under `folder` (each test's services live there)."""
-    for key_file in folder.rglob("service-*.key"):
+    for key_file in _service_keys(folder):
         try:
             with Client(str(key_file.with_suffix(".sock")), family="AF_UNIX", authkey=key_file.read_bytes()) as conn:
                 conn.send({"request": "stop"})

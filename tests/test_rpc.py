@@ -138,7 +138,10 @@ def test_a_server_killed_mid_run_leaves_every_trial_with_a_status(tracker):
     assert all(r.status == "ok" for r in results[-6:]), [r.reason for r in results[-6:]]  # the other one serves
     tracker.kill_server(0)
     after = [measure(WL, None, options(tracker.runner)) for _ in range(2)]  # the first finds the session broken
-    assert after[-1].status == "runtime_error" and "no rpc_server is registered" in after[-1].reason, after
+    # a runner that finds no server reports runtime_error; where the service's target lookup finds it first
+    # (as in the test without servers, and once in a full CI-sized run here) it is `invalid`: both name the cause
+    assert after[-1].status in ("runtime_error", "invalid") and "no rpc_server is registered" in after[-1].reason, \
+        after
 
 
 def test_no_tracker_or_no_server_is_a_clear_invalid_result(tracker):
