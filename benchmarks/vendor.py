@@ -17,7 +17,8 @@ from trial.verify import int8_bound
 from trial.workload import Workload
 
 GRAPH_CALLS = 100
-"""Calls captured in one graph; a timed repeat replays it until it lasts `min_repeat_ms`."""
+"""Calls captured in one graph; a timed repeat replays it until it lasts `min_repeat_ms` (as the suite's
+kernels are timed: trial/graphs.py, which captures through the CUDA driver rather than PyTorch)."""
 
 
 def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
@@ -49,8 +50,8 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat,
     (PyTorch's dispatch, ~15 us on an H100 machine) than a small GEMM takes on the GPU, so the GPU waited
     between calls and the library read up to 4x slow (docs/benchmarks.md), lower still while tuning
     loaded the CPU.
-    TVM's kernels are launched from C++ by `time_evaluator`, fast enough for every kernel we time.  Where a
-    call cannot be captured, it is timed eagerly, and "timing" says so.
+    The suite's kernels are replayed from a CUDA graph too (trial/graphs.py).  Where a call cannot be
+    captured, it is timed eagerly, and "timing" says so.
     """
     import torch
 
