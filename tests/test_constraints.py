@@ -1,10 +1,12 @@
 """The templates' rules on a device (trial/constraints.py), and the constrained spaces they make."""
+import json
 import random
 
 import pytest
+from nni.algorithms.hpo.random_tuner import RandomTuner
 from test_trial import GPU
 
-from searchspace import ConstrainedSpace, SearchSpace
+from searchspace import ConstrainedSpace, SearchSpace, from_twin, twin_space
 from trial import check, templates
 from trial.archs import ARCHS, UnknownArch, target_of
 from trial.constraints import KernelRules
@@ -83,3 +85,38 @@ def test_architectures_of_absent_gpus():
     assert set(ARCHS) >= {"sm_80", "sm_89", "sm_90", "llvm"}
     with pytest.raises(UnknownArch, match="unknown --arch 'sm_1'"):
         target_of("sm_1")
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+@pytest.mark.parametrize("op,spec", SHAPES)
+def test_twin_proposals_stand_for_kernels_the_device_runs(arch, op, spec):
+    """NNI's Random over the unrestricted twin (what an `--arch auto` experiment gives it): every proposal
+    decodes to a configuration the knob check accepts; one that keeps the rules is measured as proposed,
+    and the same proposal always stands for the same kernel."""
+    target = target_of(arch)
+    wl, template, kernel = rules(op, spec, target)
+    space = SearchSpace.from_json(template.search_space(wl))
+    tuner = RandomTuner(seed=4)
+    tuner.update_search_space(twin_space(space))
+    repaired = 0
+    for pid in range(150):
+        proposal = json.loads(json.dumps(tuner.generate_parameters(pid)))
+        config = check.decode(wl, template, proposal, target)
+        check.check(wl, template, config, target)
+        assert check.decode(wl, template, proposal, target) == config
+        decoded = from_twin(space, proposal)
+        if kernel.excess(decoded) == 0:
+            assert config == decoded
+        else:
+            repaired += 1
+    assert repaired  # the twin alone breaks the rules: the test exercises the repair
+
+
+def test_native_configurations_are_judged_as_they_are():
+    """The suite's tuners and `--params` give native configurations: one beyond the device is not repaired."""
+    wl, template, kernel = rules("mm", "N512K1024M1024")
+    too_big = {**template.default_params(wl, True), "X": [1, 1, 32, 16], "Y": [1, 1, 64, 16]}
+    assert kernel.excess(too_big) > 0
+    assert check.decode(wl, template, too_big, GPU) == too_big
+    with pytest.raises(check.InvalidConfig, match="threads per block"):
+        check.check(wl, template, too_big, GPU)

@@ -6,11 +6,13 @@ service.  The device's rules are the ones the search spaces and tuners keep (tri
 """
 from __future__ import annotations
 
+import json
+import random
 from typing import Any
 
 import psutil
 
-from searchspace import SearchSpace, SpaceError
+from searchspace import ConstrainedSpace, SearchSpace, SpaceError, from_twin
 
 from .constraints import KernelRules
 from .target import Target
@@ -54,3 +56,27 @@ def check(wl: Workload, template: Any, params: dict[str, Any], target: Target) -
     problems = KernelRules(wl, template, target).problems(params)
     if problems:
         raise InvalidConfig("; ".join(problems))
+
+
+def decode(wl: Workload, template: Any, params: dict[str, Any], target: Target) -> dict[str, Any]:
+    """The configuration a proposal stands for on `target`.
+
+    Native configurations (the suite's tuners, `--params`) come back unchanged, for `check` to judge.  A
+    twin proposal (NNI's built-in tuners search the space's twin in NNI's standard types,
+    searchspace/twin.py) is decoded, and where it breaks the device's rules it stands for the nearest
+    configuration that keeps them (`ConstrainedSpace.repair`, seeded by the proposal, so one proposal always
+    measures one kernel).  NNI's types draw each knob on its own and cannot say rules that couple them
+    (threads from X and Y, shared memory from X, Y and K), so without this most of their trials would be
+    kernels the device cannot run.  A twin that reads as native (a space of plain choices) is not repaired.
+    """
+    space = SearchSpace.from_json(template.search_space(wl))
+    config = from_twin(space, params)
+    if config == params or space.problems(config):
+        return config
+    rules = KernelRules(wl, template, target)
+    if rules.excess(config) == 0:
+        return config
+    try:
+        return ConstrainedSpace.of(space, rules).repair(config, random.Random(json.dumps(config, sort_keys=True)))
+    except SpaceError:  # the device runs no configuration near it: `check` says why
+        return config

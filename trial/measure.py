@@ -16,8 +16,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from searchspace import from_twin
-
 from . import check, target, templates
 from .remote import LOCAL
 from .service import client
@@ -54,7 +52,7 @@ def _precheck(wl: Workload, params: dict[str, Any] | None, options: Options) -> 
     if params is None:
         return None
     template = templates.load(wl, options.template, known, params)
-    params = from_twin(template.search_space(wl), params)
+    params = check.decode(wl, template, params, known)
     try:
         check.check(wl, template, params, known)
     except check.InvalidConfig as err:

@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from searchspace import from_twin
-
 from .. import build, check, templates
 from ..results import Status, error_reason
 from ..target import Target
@@ -31,8 +29,8 @@ def _sources(lib: Any, gpu: bool) -> dict[str, str]:
 
 def build_library(op: str, spec: str, params: dict[str, Any] | None, template_name: str | None,
                   target: dict[str, Any], path: str, sys_path: list[str], sources: bool = False) -> dict[str, Any]:
-    """Build `params` (None: the hand-picked config; twin-encoded ones are decoded) into a library at `path`,
-    with its source beside it if `sources` (kernel.cu, or kernel.ll and kernel.s on the CPU).
+    """Build `params` (None: the hand-picked config; a twin proposal as `check.decode` reads it) into a library
+    at `path`, with its source beside it if `sources` (kernel.cu, or kernel.ll and kernel.s on the CPU).
 
     Returns {"status": "built", "params", "build_s"} or {"status": "invalid" | "compile_error", "reason",
     "params"}.  `sys_path` is the requesting process's, so a template of its own (`--template`) imports.
@@ -41,7 +39,7 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
     wl = parse(op, spec)
     tgt = Target.from_description(target)
     template = templates.load(wl, template_name, tgt, params)
-    params = template.default_params(wl, tgt.is_gpu) if params is None else from_twin(template.search_space(wl), params)
+    params = template.default_params(wl, tgt.is_gpu) if params is None else check.decode(wl, template, params, tgt)
     try:
         check.check(wl, template, params, tgt)
     except check.InvalidConfig as err:
