@@ -224,15 +224,16 @@ class Progress:
 
 def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = registry.CONCURRENCY,
         options: Options = Options(), records: Records | None = None, progress: bool = True,
-        evaluate: Evaluate | None = None) -> Run:
+        evaluate: Evaluate | None = None, target: Target | None = None) -> Run:
     """One seeded run of `tuner` on `wl` through the measure path; each measurement goes to `records`.
 
-    The suite's tuners keep the rules of the device the trials run on, and NNI's built-ins get the twin
-    space restricted to the values those rules leave possible, as the experiment writer gives them; a
-    replaced template (`options.template`, tests) has no rules.  `evaluate` replaces
-    `measure(wl, params, options)` (tests).
+    The suite's tuners keep the rules of `target` (default: the device the trials run on), and NNI's
+    built-ins get the twin space restricted to the values those rules leave possible, as the experiment
+    writer gives them; a replaced template (`options.template`, tests) has no rules.  `evaluate` replaces
+    `measure(wl, params, options)` (tests, `benchmarks.replay`).
     """
-    target = None if options.template else device(options.target, options.runner)
+    if target is None and not options.template:
+        target = device(options.target, options.runner)
     template = templates.load(wl, options.template, target)
     instance, twin = make_tuner(tuner, seed, wl, target)
     native = template.search_space(wl)

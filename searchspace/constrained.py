@@ -16,6 +16,10 @@ configurations are too rare for that (after `REJECTION_TRIES` draws), the last d
 nearest valid configuration, by descent on the excess) and then moved by a Metropolis-Hastings walk
 over valid neighbours, whose stationary distribution is uniform; `WALK_STEPS` steps spread the
 samples away from where the repair lands, so the result is close to uniform, not exact.
+
+`sample_nearest` is the other distribution: one draw from the pruned domains, repaired.  Most draws
+break a rule, so most samples land where a rule is nearly at its limit (the most threads, shared
+memory or registers a block may have), which is where a GPU's fast kernels are found more often.
 """
 from __future__ import annotations
 
@@ -110,18 +114,22 @@ class ConstrainedSpace(SearchSpace):
 
     def sample(self, rng: random.Random) -> Config:
         """A valid configuration drawn uniformly, or close to it (see the module's docstring)."""
-        domains = self.domains()
-
-        def draw() -> Config:
-            return {name: copy.deepcopy(rng.choice(values)) if values is not None else self[name].sample(rng)
-                    for name, values in domains.items()}
-
-        config = draw()
+        config = self._draw(rng)
         for _ in range(REJECTION_TRIES):
             if self.constraints.excess(config) == 0:
                 return config
-            config = draw()
+            config = self._draw(rng)
         return self._walk(self.repair(config, rng), rng, WALK_STEPS)
+
+    def sample_nearest(self, rng: random.Random) -> Config:
+        """The valid configuration nearest to a draw from the pruned domains: not uniform, mostly near the
+        rules' limits (see the module's docstring)."""
+        return self.repair(self._draw(rng), rng)
+
+    def _draw(self, rng: random.Random) -> Config:
+        """A configuration drawn uniformly from the pruned domains, valid or not."""
+        return {name: copy.deepcopy(rng.choice(values)) if values is not None else self[name].sample(rng)
+                for name, values in self.domains().items()}
 
     def _degree(self, config: Config) -> int:
         key = self.key(config)

@@ -125,6 +125,10 @@ class SearchSpace:
         """A configuration drawn uniformly at random."""
         return {name: p.sample(rng) for name, p in self._params.items()}
 
+    def sample_nearest(self, rng: random.Random) -> Config:
+        """A draw moved to the nearest valid configuration (see `ConstrainedSpace`); here every draw is valid."""
+        return self.sample(rng)
+
     def problems(self, config: Any) -> list[str]:
         """Everything wrong with `config`, one message per problem, each starting with the parameter name."""
         if not isinstance(config, Mapping):

@@ -81,6 +81,24 @@ def test_samples_are_uniform_over_the_valid_configurations(tries, monkeypatch):
     assert statistic < (2.0 if tries else 4.0) * len(cells), (statistic, len(cells))
 
 
+def test_nearest_samples_keep_the_rules_and_lean_to_their_limits():
+    """`sample_nearest` hands out valid configurations, more of them at a limit than uniform sampling does;
+    on a plain space it is uniform sampling."""
+    s, rng = space(), random.Random(3)
+    rules = TileRules()
+
+    def at_limit(c):
+        threads, regs = rules.uses(c)
+        return threads == rules.threads or regs == rules.regs
+
+    nearest = [s.sample_nearest(rng) for _ in range(400)]
+    uniform = [s.sample(rng) for _ in range(400)]
+    assert all(s.valid(c) for c in nearest)
+    assert sum(map(at_limit, nearest)) > 1.3 * sum(map(at_limit, uniform))
+    plain = SearchSpace.from_json(SPACE)
+    assert plain.sample_nearest(random.Random(9)) == plain.sample(random.Random(9))
+
+
 def test_a_device_too_small_for_any_configuration_is_a_clear_error():
     s = space(TileRules(threads=0.5))
     with pytest.raises(SpaceError, match="no value can keep the rules"):

@@ -162,7 +162,7 @@ def test_dockerignore_keeps_the_host_venv_out_of_the_image():
     patterns = [p for p in (ROOT / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
     assert patterns[0] == "*", "the context is a whitelist"
     kept = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
-    assert {"pyproject.toml", "Makefile", "trial", "tuners", "experiments"} <= kept
+    assert {"pyproject.toml", "Makefile", "trial", "tuners", "searchspace", "experiments", "benchmarks"} <= kept
     assert not [k for k in kept if k.startswith(".")], kept
 
 

@@ -155,7 +155,7 @@ def test_exhaustion_while_trials_are_in_flight() -> None:
     ({"num_samples": 2.5}, "num_samples"),
     ({"num_samples": True}, "num_samples"),
     ({"seed": 1.5}, "seed"),
-    *sc.BAD_WARM_ARGS,
+    *sc.BAD_COMMON_ARGS,
 ])
 def test_bad_class_args(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):

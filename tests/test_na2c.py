@@ -278,7 +278,7 @@ def test_exhaustion_while_trials_are_in_flight() -> None:
     ({"epsilon": 1.5}, "epsilon"),
     ({"epsilon": None}, "epsilon"),
     ({"seed": "1"}, "seed"),
-    *sc.BAD_WARM_ARGS,
+    *sc.BAD_COMMON_ARGS,
 ])
 def test_bad_class_args(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):

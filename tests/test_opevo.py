@@ -162,7 +162,7 @@ def test_warm_start_configs_become_the_first_parents(tmp_path, monkeypatch: pyte
     ({"mutate_rate": "0.5"}, "mutate_rate"),
     ({"selection": "tournament"}, "selection"),
     ({"seed": "7"}, "seed"),
-    *sc.BAD_WARM_ARGS,
+    *sc.BAD_COMMON_ARGS,
 ])
 def test_bad_class_args(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):

@@ -12,6 +12,8 @@ import tuner_harness as h
 from tuner_harness import MATMUL, FakeNNI, gflops, keys, no_checkpoint_dir, ok  # noqa: F401 - the fixture applies here too
 
 from tuners.base import CHECKPOINT_ENV, RequestQueued
+from tuners.gbfs import GBFSTuner
+from tuners.na2c import NA2CTuner
 from tuners.opevo import OpEvoTuner
 from tuners.state import StateFile, parse_metric
 from searchspace import SearchSpace
@@ -21,6 +23,18 @@ TINY = h.TINY
 
 def make_tuner(space: dict = MATMUL, **kwargs: Any) -> OpEvoTuner:
     return h.make_tuner(OpEvoTuner, space, **kwargs)
+
+
+@pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner])
+@pytest.mark.parametrize("sampling", ["uniform", "nearest"])
+def test_random_configurations_follow_the_sampling_class_arg(cls: type, sampling: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    nearest = []
+    draw = SearchSpace.sample_nearest
+    monkeypatch.setattr(SearchSpace, "sample_nearest", lambda self, rng: nearest.append(1) or draw(self, rng))
+    tuner = h.make_tuner(cls, MATMUL, sampling=sampling, seed=1)
+    assert len(tuner.generate_multiple_parameters(list(range(4)))) == 4
+    assert bool(nearest) == (sampling == "nearest")
 
 
 # ---- NNI protocol ----------------------------------------------------------------------------------

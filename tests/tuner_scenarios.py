@@ -164,7 +164,7 @@ def assert_warm_start(cls: type[SpaceTuner], tmp_path: Path, monkeypatch: pytest
     assert make_tuner(cls, MM, warm_start=True, workload=WORKLOAD, device="another GPU").warm_configs == []
 
 
-BAD_WARM_ARGS = [
+BAD_COMMON_ARGS = [
     ({"warm_start": "yes", "workload": WORKLOAD}, "warm_start"),
     ({"warm_start": True}, "workload"),
     ({"warm_start": True, "workload": "N512K1024M1024"}, "workload"),
@@ -172,5 +172,6 @@ BAD_WARM_ARGS = [
     ({"workload": 7}, "workload"),
     ({"warm_start": True, "workload": WORKLOAD, "device": ""}, "device"),
     ({"warm_start": True, "workload": WORKLOAD, "warm_size": 0}, "warm_size"),
+    ({"sampling": "sobol"}, "sampling"),
 ]
-"""Warm-start classArgs every tuner rejects in __init__, with the name the ValueError must give."""
+"""Common classArgs (warm start, sampling) every tuner rejects in __init__, with the name the ValueError must give."""

@@ -59,9 +59,9 @@ class SpaceTuner(Ledger, Tuner):
 
     def __init__(self, optimize_mode: str = "maximize", seed: int | None = None, warm_start: bool = False,
                  workload: str | None = None, device: str | None = None, warm_size: int = 8,
-                 target: str | dict[str, Any] | None = None) -> None:
-        self.args = CommonArgs.parse(optimize_mode, seed, warm_start, workload, device, warm_size, target)
-        Ledger.__init__(self, self.args.maximize, seed)
+                 target: str | dict[str, Any] | None = None, sampling: str = "uniform") -> None:
+        self.args = CommonArgs.parse(optimize_mode, seed, warm_start, workload, device, warm_size, target, sampling)
+        Ledger.__init__(self, self.args.maximize, seed, self.args.nearest)
         Tuner.__init__(self)
         self.optimize_mode = optimize_mode
         self.warm_configs: list[Config] = []

@@ -16,6 +16,11 @@ and a bad one fails the experiment at its start with a message that names it.
                    runs the tuner, asked of its measuring service), an architecture ('sm_90', 'gfx90a',
                    'llvm', ... trial/archs.py) or a device's description as `python -m experiments.write`
                    records it; null searches the whole space.
+    sampling       how the tuner draws its random configurations (OpEvo's before it breeds, G-BFS's
+                   initial samples, N-A2C's walkers' starts): 'uniform' over the configurations that keep
+                   the rules (the default), or 'nearest': a draw from each knob's possible values moved to
+                   the nearest configuration that keeps them, so mostly kernels near the device's limits
+                   (`searchspace.ConstrainedSpace.sample_nearest`).
 """
 from __future__ import annotations
 
@@ -27,6 +32,8 @@ from searchspace.param import shown
 from trial.workload import SpecError, parse_name
 
 from .rules import TargetRules
+
+SAMPLINGS = ("uniform", "nearest")
 
 
 def positive_int(name: str, value: Any, most: int = 1_000_000) -> int:
@@ -58,10 +65,12 @@ class CommonArgs:
     device: str | None
     warm_size: int
     rules: TargetRules | None
+    nearest: bool
 
     @classmethod
     def parse(cls, optimize_mode: Any = "maximize", seed: Any = None, warm_start: Any = False,
-              workload: Any = None, device: Any = None, warm_size: Any = 8, target: Any = None) -> CommonArgs:
+              workload: Any = None, device: Any = None, warm_size: Any = 8, target: Any = None,
+              sampling: Any = "uniform") -> CommonArgs:
         if optimize_mode not in ("maximize", "minimize"):
             raise ValueError(f"optimize_mode must be 'maximize' or 'minimize', got {shown(optimize_mode)}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -71,6 +80,8 @@ class CommonArgs:
         if (warm_start or target is not None) and workload is None:
             raise ValueError("workload (op/spec, e.g. mm/N512K1024M1024) is required "
                              f"{'when warm_start is true' if warm_start else 'with target'}")
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {', '.join(map(repr, SAMPLINGS))}, got {shown(sampling)}")
         if device is not None and (not isinstance(device, str) or not device):
             raise ValueError(f"device must be a device name as the records hold it, or null, got {shown(device)}")
         key = None
@@ -80,4 +91,5 @@ class CommonArgs:
             except SpecError as err:
                 raise ValueError(f"workload must be op/spec, e.g. mm/N512K1024M1024, got {shown(workload)}: {err}") from None
         return cls(optimize_mode == "maximize", seed, warm_start, key, device,
-                   positive_int("warm_size", warm_size), None if target is None else TargetRules(workload, target))
+                   positive_int("warm_size", warm_size), None if target is None else TargetRules(workload, target),
+                   sampling == "nearest")

@@ -18,7 +18,7 @@ from searchspace import Config, SearchSpace
 from .state import FAILED, OK, PENDING, Entry
 
 RANDOM_TRIES = 64
-"""Uniform samples tried before `random_unseen` falls back to a breadth-first search."""
+"""Random samples tried before `random_unseen` falls back to a breadth-first search."""
 
 _VALUE = attrgetter("value")
 """The metric of an `Entry`, the key that `Ledger.top` ranks successes by."""
@@ -30,9 +30,11 @@ class Ledger:
     Methods other than the public queries expect the lock held, as `propose`/`observe` hold it.
     """
 
-    def __init__(self, maximize: bool, seed: int | None) -> None:
+    def __init__(self, maximize: bool, seed: int | None, nearest: bool = False) -> None:
         self._maximize = maximize
         self.rng = random.Random(seed)
+        self.nearest = nearest
+        """Whether `random_unseen` draws by `SearchSpace.sample_nearest` rather than uniformly."""
         self.space: SearchSpace | None = None
         self._lock = threading.RLock()
         self._entries: dict[Hashable, Entry] = {}
@@ -92,13 +94,14 @@ class Ledger:
         return ranked[0] if ranked else None
 
     def random_unseen(self) -> Config | None:
-        """A uniformly random unseen configuration, or the nearest unseen one to a random sample."""
+        """A random unseen configuration (uniform, or `sample_nearest`'s), or the nearest unseen one to a sample."""
         assert self.space is not None
-        config = self.space.sample(self.rng)
+        draw = self.space.sample_nearest if self.nearest else self.space.sample
+        config = draw(self.rng)
         for _ in range(RANDOM_TRIES):
             if not self.is_seen(config):
                 return config
-            config = self.space.sample(self.rng)
+            config = draw(self.rng)
         return self.nearest_unseen(config)
 
     def nearest_unseen(self, start: Config) -> Config | None:
