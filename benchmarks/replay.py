@@ -12,8 +12,9 @@ registers per thread).  Its prediction stands in for the measurement of each con
 on the constrained space, NNI's on the twin, read by the trial's `check.decode`).  The model's
 cross-validated rank correlation with the measurements is printed with the tables.
 
-Its figures are a model's, smoother than a GPU and blind beyond the measured region: use them to choose
-which variants to measure on a GPU, never as results.
+Its figures are a model's, smoother than a GPU and blind beyond the measured region, and it knows no
+failure but the rules' (a configuration that failed on the GPU is just not learnt from): use them to
+choose which variants to measure on a GPU, never as results.
 """
 from __future__ import annotations
 
