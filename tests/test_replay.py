@@ -36,7 +36,8 @@ def write_trials(path: Path, configs: list[dict], device: str = "NVIDIA H200", o
         for config in configs:
             out.writerow({"tuner": "opevo", "status": "ok", "gflops": fake_gflops(config), "device": device,
                           "params": json.dumps(config)})
-        out.writerow({"tuner": "opevo", "status": "invalid", "gflops": 0, "device": device, "params": json.dumps(configs[0])})
+        out.writerow({"tuner": "opevo", "status": "invalid", "gflops": 0, "device": device,
+                      "params": json.dumps(configs[0])})
         out.writerow({"tuner": "metaschedule", "status": "ok", "gflops": 1e9, "device": device,
                       "params": json.dumps({"trace": "sch.split(...)"})})
 
