@@ -48,6 +48,8 @@ from .plots import convergence
 from .summary import best, breakdown, summarize, table
 from .vendor import baseline as vendor_baseline
 
+_logger = logging.getLogger(__name__)
+
 TUNERS = (*driver.TUNERS, "metaschedule")
 COLUMNS = ["tuner", "seed", "kind", "index", "parameter_id", "status", "gflops", "latency_ms", "build_s",
            "trial_s", "wall_s", *[f"stage_{stage}_s" for stage in STAGES], "device", "reason", "params"]
@@ -148,26 +150,38 @@ def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Pa
     Runs at the same time share the CPUs and queue for the device lock: each proposes and measures as it
     would alone, but takes longer.  `with_breakdown` adds where the time of a trial goes to the summary,
     `nnictl_port` each driver tuner once through nnictl (`nnictl_overhead`, web UI on that port).
-    Returns the runs (in plan order), the per-tuner summary, the vendor figures (None where there are
-    none) and the text of summary.md.
+    Returns the runs that ended (in plan order), the per-tuner summary, the vendor figures (None where
+    there are none), the text of summary.md and a line for each run that raised (left out of the rest).
     """
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "trials.csv"
     csv_path.unlink(missing_ok=True)
     writing = threading.Lock()
 
-    def one(job: tuple[str, int]) -> driver.Run:
+    failed: list[str] = []
+
+    def one(job: tuple[str, int]) -> driver.Run | None:
+        """The run, its rows written; None (logged, and named in the summary) if it raised, so that one
+        broken run does not take the others' tables with it."""
         tuner, seed = job
-        if tuner == "metaschedule":
-            done = metaschedule.run(wl, trials, seed, out / f"metaschedule-s{seed}", options, progress)
-        else:
-            done = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
+        try:
+            if tuner == "metaschedule":
+                done = metaschedule.run(wl, trials, seed, out / f"metaschedule-s{seed}", options, progress)
+            else:
+                done = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
+        except Exception as err:  # noqa: BLE001 - any error of one run; the traceback goes to the log
+            _logger.exception("run %s seed %d failed", tuner, seed)
+            with writing:
+                failed.append(f"{tuner} seed {seed}: {type(err).__name__}: {err}")
+            return None
         with writing:
             _write_rows(csv_path, done)
         return done
 
     with ThreadPoolExecutor(parallel, thread_name_prefix="run") as pool:
-        runs = list(pool.map(one, runs_plan))
+        runs = [run for run in pool.map(one, runs_plan) if run is not None]
+    if not runs:
+        raise RuntimeError(f"every run failed: {'; '.join(failed)}")
     baseline = (vendor_baseline(wl, _cuda_target(runs), options.repeat, options.min_repeat_ms)
                 if vendor else None)
     summary = summarize(runs, baseline)
@@ -178,11 +192,14 @@ def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Pa
                 (baseline['library'], baseline["gflops"]) if baseline else None,
                 {"metaschedule": [best(r) for r in runs if r.tuner == "metaschedule" and r.final]})
     (out / "runs.json").write_text(json.dumps({"workload": wl.key, "trials": trials, "workers": workers,
-                                               "parallel": parallel,
+                                               "parallel": parallel, "failed_runs": failed,
                                                "options": asdict(options), "vendor": baseline, "summary": summary,
                                                "runs": [_run_json(r) for r in runs]}, indent=1, default=str))
     text = (f"# {title}\n\n{trials} trials per run, {workers} workers, {parallel} "
             f"run{'s' if parallel > 1 else ''} at a time.\n\n{table(summary, baseline)}\n")
+    if failed:
+        text += "\n**Runs that failed** (left out of the table; their tracebacks are in the log):\n\n" + "".join(
+            f"- {line[:500]}\n" for line in failed)
     if with_breakdown:
         text += f"\n## Where the time goes\n\n{breakdown(runs)}\n"
     try:
@@ -191,7 +208,7 @@ def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Pa
             text += f"\n## Driver and nnictl\n\n{overhead}\n"
     finally:  # the tables so far stay, should the nnictl experiments fail
         (out / "summary.md").write_text(text)
-    return runs, summary, baseline, text
+    return runs, summary, baseline, text, failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,12 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     options = Options(target=args.target, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, runner=args.runner)
     # the vendor library runs here, so it is no baseline for a remote device
     vendor = not args.no_vendor and args.runner == LOCAL
-    *_, text = compare(wl, runs_plan, args.trials, out, args.workers, options, records, not args.no_progress,
+    *_, text, failed = compare(wl, runs_plan, args.trials, out, args.workers, options, records, not args.no_progress,
                        vendor, args.parallel, args.breakdown, args.port if args.nnictl else None)
     print(text)
     print(f"wrote {out / 'trials.csv'}, {out / 'convergence.png'}, {out / 'summary.md'}, {out / 'runs.json'}",
           file=sys.stderr)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

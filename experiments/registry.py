@@ -14,12 +14,12 @@ CONCURRENCY = 4  # builds overlap; the measuring service times one kernel per de
 TUNERS: dict[str, dict[str, Any]] = {
     "opevo": {"className": "tuners.opevo.OpEvoTuner",
               "classArgs": {"optimize_mode": "maximize", "parents_size": 4, "offspring_size": 8,
-                            "mutate_rate": 0.5, "selection": "rank"}},
+                            "mutate_rate": 0.3, "selection": "rank", "screen": 8, "sampling": "nearest"}},
     "gbfs": {"className": "tuners.gbfs.GBFSTuner",
-             "classArgs": {"optimize_mode": "maximize", "num_samples": 5}},
+             "classArgs": {"optimize_mode": "maximize", "num_samples": 5, "sampling": "nearest"}},
     "na2c": {"className": "tuners.na2c.NA2CTuner",
-             "classArgs": {"optimize_mode": "maximize", "n_states": 8, "n_steps": 16, "hidden_size": 64,
-                           "lr": 0.01}},
+             "classArgs": {"optimize_mode": "maximize", "n_states": 8, "n_steps": 4, "hidden_size": 64,
+                           "lr": 0.01, "sampling": "nearest"}},
 }
 BUILTIN_TUNERS: dict[str, dict[str, Any]] = {  # NNI's tuners, over the twin space
     "tpe": {"className": "tuners.tpe.TPETuner", "classArgs": {"optimize_mode": "maximize"}},

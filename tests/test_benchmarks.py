@@ -273,3 +273,27 @@ def test_proposals_benchmark_prints_rate_and_valid_share(capsys):
     assert [(r[0].lstrip("| "), r[1], r[2]) for r in rows] == [("mm/N1000K197M49", "opevo", "40"),
                                                              ("mm/N1000K197M49", "gbfs", "40")]
     assert all(float(r[3].replace(",", "")) > 0 and r[4] == "100.0 % |" for r in rows)
+
+
+def test_a_run_that_raises_leaves_the_others_tables(tmp_path, capsys, monkeypatch):
+    """One run's exception (here: the driver of seed 1 fails) is named in the summary and the exit status;
+    the other runs' rows, plot and tables are still written."""
+    run = driver.run
+
+    def flaky(wl, tuner, trials, seed, *args, **kwargs):
+        if seed == 1:
+            raise FileNotFoundError("tuners/gone.py")
+        return run(wl, tuner, trials, seed, *args, **kwargs)
+
+    monkeypatch.setattr(driver, "run", flaky)
+    out = tmp_path / "out"
+    assert compare.main(["mm/N32K32M32", "--tuners", "random:2", "--trials", "4", "--target", "llvm",
+                         "--workers", "2", "--parallel", "2", "--min-repeat-ms", "1", "--out", str(out),
+                         "--no-record", "--no-progress"]) == 1
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    assert {r["seed"] for r in rows} == {"0"} and len(rows) == 4
+    summary = (out / "summary.md").read_text()
+    failure = "random seed 1: FileNotFoundError: tuners/gone.py"
+    assert "| random | 1 | 4 |" in summary and f"- {failure}" in summary
+    assert json.loads((out / "runs.json").read_text())["failed_runs"] == [failure]
+    assert (out / "convergence.png").exists()

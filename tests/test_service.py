@@ -197,3 +197,25 @@ def test_trials_of_two_experiments_at_once_share_the_service_and_keep_their_resu
     assert status()["served"] == {"ok": 2}
     recorded = {r.experiment for r in Records().query(workload=WL.key)}
     assert recorded == {"expA", "expB"}
+
+
+def test_a_file_removed_while_the_code_is_listed_does_not_fail_the_trial(monkeypatch, tmp_path):
+    # A checkout or sync under way removes a file between the listing and its stat: the address is still
+    # found (the code's version is what is there), and a file that changes gives a new address.
+    for folder in ("trial", "tuners", "searchspace"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "kept.py").write_text("x = 1\n")
+    gone = tmp_path / "tuners" / "gone.py"
+    listed = Path.rglob
+
+    def rglob_then_remove(self, pattern):
+        found = list(listed(self, pattern))
+        if self.name == "tuners":
+            found.append(gone)  # listed, then removed before its stat
+        return iter(found)
+
+    monkeypatch.setattr(client, "ROOT", tmp_path)
+    monkeypatch.setattr(Path, "rglob", rglob_then_remove)
+    before = client.address().key
+    (tmp_path / "trial" / "kept.py").write_text("x = 22\n")
+    assert client.address().key != before

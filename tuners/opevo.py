@@ -19,6 +19,10 @@ best parent is drawn barely more often than the eighth. On an H100 (mm/N512K1024
 5 seeds) the change was within run-to-run noise: 95 % of a run's own best after 78 trials (median)
 against 82, median best 30,002 against 30,295 GFLOPS (docs/benchmarks.md).
 
+Optional extension (`screen` > 1, off by default): each trial measures the best of `screen` unseen
+offspring as a cost model (`tuners.surrogate`) fitted to the run's measurements ranks them, the
+screening that Ansor and MetaSchedule give their evolutionary search.
+
 Compared with the 2020 NNI example this tuner selects correctly when minimizing, ends a finite space with
 `NoMoreTrialError`, answers waiting requests through st_callback, keeps failed trials out of the parents
 without proposing them again, is thread-safe, and pairs results by parameter id (see `tuners.base`).
@@ -29,6 +33,7 @@ from typing import Any
 
 from .base import SpaceTuner
 from .classargs import number_in, positive_int
+from .surrogate import Surrogate
 from searchspace import Config
 from searchspace.param import shown
 
@@ -51,13 +56,15 @@ class OpEvoTuner(SpaceTuner):
             is 1 - mutate_rate; larger rates explore, smaller rates exploit.
         selection: how parents are drawn from the fittest: 'rank' (weight n - i for the i-th of n, the
             default) or 'fitness' (in proportion to the metric, or its reciprocal when minimizing; the paper's).
+        screen: offspring bred per trial, of which the cost model's favourite is measured (1: none, the
+            paper's OpEvo). The model ranks once MIN_FIT trials have finished; until then the first is taken.
         seed: seed of the tuner's random generator, for reproducible runs (None).
         warm_start, workload, device, warm_size: warm start from the records (see `SpaceTuner`); the
             recorded configurations, measured again, become the first parents.
     """
 
     def __init__(self, optimize_mode: str = "maximize", parents_size: int = 8, offspring_size: int = 8,
-                 mutate_rate: float = 0.5, selection: str = "rank", seed: int | None = None,
+                 mutate_rate: float = 0.5, selection: str = "rank", screen: int = 1, seed: int | None = None,
                  **warm: Any) -> None:
         super().__init__(optimize_mode=optimize_mode, seed=seed, **warm)
         self.parents_size = positive_int("parents_size", parents_size)
@@ -66,13 +73,17 @@ class OpEvoTuner(SpaceTuner):
         if selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {', '.join(map(repr, SELECTIONS))}, got {shown(selection)}")
         self.selection = selection
+        self.screen = positive_int("screen", screen, most=1024)
+        self._surrogate: Surrogate | None = None
+        self._surrogate_stale = True
 
     def parents(self) -> list[tuple[Config, float]]:
         """The fittest successful measurements, at most `parents_size`, best first (ties: oldest first)."""
         return self.top(self.parents_size)
 
     def propose(self) -> Config | None:
-        """Wait while μ trials are in flight; sample until a measurement succeeds; then breed an unseen offspring.
+        """Wait while μ trials are in flight; sample until a measurement succeeds; then breed an unseen offspring
+        (with `screen` > 1, the one of `screen` that the cost model ranks first).
 
         An offspring that breaks the device's rules (a constrained space) is repaired to the nearest one that
         keeps them: parents that each fit may combine into one that does not."""
@@ -83,12 +94,33 @@ class OpEvoTuner(SpaceTuner):
             return self.random_unseen()
         configs = [config for config, _ in parents]
         weights = self._weights([value for _, value in parents])
+        candidates: dict[Any, Config] = {}
         child = {}
-        for _ in range(BREED_TRIES):
+        for _ in range(BREED_TRIES * self.screen):
             child = self.space.repair(self._breed(configs, weights), self.rng)
             if not self.is_seen(child):
-                return child
-        return self.nearest_unseen(child)
+                candidates.setdefault(self.space.key(child), child)
+                if len(candidates) == self.screen:
+                    break
+        if not candidates:
+            return self.nearest_unseen(child)
+        return self._screened(list(candidates.values()))
+
+    def observe(self, config: Config, value: float | None) -> None:
+        self._surrogate_stale = True
+
+    def _screened(self, candidates: list[Config]) -> Config:
+        """The candidate the cost model ranks first, refitted if a trial finished since its last fit (the
+        first candidate while it cannot rank, and always without screening)."""
+        if self.screen == 1:
+            return candidates[0]
+        if self._surrogate is None or self._surrogate.space is not self.space:
+            self._surrogate, self._surrogate_stale = Surrogate(self.space, self.args.seed), True
+        if self._surrogate_stale:
+            history = [(config, None if value is None else self.score(value)) for config, value in self.history()]
+            self._surrogate.fit(history)
+            self._surrogate_stale = False
+        return self._surrogate.best(candidates)
 
     def _breed(self, parents: list[Config], weights: list[float]) -> Config:
         """Each parameter comes from a parent drawn by `weights`, then takes a q-random walk."""

@@ -55,8 +55,14 @@ class Address:
 
 def _code_version() -> str:
     """The suite's code as it is now (names, sizes, modification times): edited code gets a new service."""
-    files = sorted(p for folder in _CODE for p in (ROOT / folder).rglob("*.py"))
-    return "\n".join(f"{p.relative_to(ROOT)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+    lines = []
+    for path in sorted(p for folder in _CODE for p in (ROOT / folder).rglob("*.py")):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # removed since the listing: a checkout or a sync is under way
+            continue
+        lines.append(f"{path.relative_to(ROOT)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return "\n".join(lines)
 
 
 def address() -> Address:
