@@ -14,7 +14,7 @@ CONCURRENCY = 4  # builds overlap; the measuring service times one kernel per de
 TUNERS: dict[str, dict[str, Any]] = {
     "opevo": {"className": "tuners.opevo.OpEvoTuner",
               "classArgs": {"optimize_mode": "maximize", "parents_size": 4, "offspring_size": 8,
-                            "mutate_rate": 0.3, "selection": "rank", "screen": 8, "sampling": "nearest"}},
+                            "mutate_rate": 0.3, "selection": "rank", "screen": 32, "sampling": "nearest"}},
     "gbfs": {"className": "tuners.gbfs.GBFSTuner",
              "classArgs": {"optimize_mode": "maximize", "num_samples": 5, "sampling": "nearest"}},
     "na2c": {"className": "tuners.na2c.NA2CTuner",

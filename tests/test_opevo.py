@@ -11,6 +11,7 @@ import tuner_scenarios as sc
 from tuner_harness import MATMUL, FakeNNI, gflops, keys, no_checkpoint_dir, ok  # noqa: F401 - the fixture applies here too
 
 from tuners.opevo import OpEvoTuner
+from tuners.surrogate import MIN_FIT, Surrogate
 from searchspace import SearchSpace, SpaceError
 
 TINY = h.TINY
@@ -209,3 +210,19 @@ def test_screen_falls_back_to_the_first_offspring_without_a_model(monkeypatch: p
 
     monkeypatch.setattr("tuners.opevo.Surrogate", refuse)
     FakeNNI(make_tuner(seed=1), lambda c: ok(gflops(c)), concurrency=4).run(40)
+
+
+def test_screened_opevo_samples_then_breeds_one_offspring_until_its_model_ranks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing is bred before λ (parents_size) trials have finished; breeding `screen` offspring before the
+    # model can rank them would be wasted repairs.
+    tuner = make_tuner(screen=8, parents_size=2, seed=3)
+    bred: list[int] = []  # results finished when each offspring was bred
+    ranked: list[tuple[int, int]] = []  # (results finished, candidates) for each ranking
+    breed, best = tuner._breed, Surrogate.best
+    monkeypatch.setattr(tuner, "_breed", lambda *a: bred.append(len(tuner.history())) or breed(*a))
+    monkeypatch.setattr(Surrogate, "best",
+                        lambda self, c: ranked.append((len(tuner.history()), len(c))) or best(self, c))
+    FakeNNI(tuner, lambda c: ok(gflops(c)), concurrency=1).run(30)
+    assert [bred.count(n) for n in range(MIN_FIT)] == [0, 0] + [1] * (MIN_FIT - 2)
+    assert [n for n, _ in ranked] == list(range(MIN_FIT, 30)) and {c for _, c in ranked} == {8}

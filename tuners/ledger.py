@@ -62,6 +62,11 @@ class Ledger:
         """Configurations proposed in this run whose trials have not ended."""
         return len(self._pending)
 
+    @property
+    def num_finished(self) -> int:
+        """Configurations measured, successfully or not."""
+        return sum(entry.state != PENDING for entry in self._entries.values())
+
     def is_seen(self, config: Config) -> bool:
         """Whether `config` was measured (successfully or not) or is in flight."""
         assert self.space is not None

@@ -5,12 +5,14 @@ drawn (see `selection`) from the `parents_size` fittest measurements, then moves
 q-random walk on that parameter's neighbour graph (a factorisation shifts one prime factor, a discrete
 value steps to an adjacent one, ...), so mutations prefer nearby tile shapes.
 
-Deviation from the paper, which samples the first λ individuals uniformly: breeding starts with the
-first success, the parents being all successes while there are fewer than λ (so with one, offspring are
-its mutations). Most of a GPU kernel's factor space is beyond the device's limits (threads, shared
-memory, registers), so waiting for λ successes spent most of the budget on random, mostly invalid
-samples, while short walks from a valid configuration mostly stay valid. Until the first success
-configurations are sampled uniformly (or taken from the records, see `tuners.base` on warm start).
+Deviation from the paper, which samples the first λ individuals uniformly: breeding starts once λ
+trials have finished, one of them a success, the parents being all successes while there are fewer than
+λ (so with one, offspring are its mutations). In a space without the device's rules most samples break
+a limit (threads, shared memory, registers): waiting for λ successes spent most of the budget on random,
+mostly invalid samples, while short walks from a valid configuration mostly stay valid. In a constrained
+space, where every sample is valid, this is the paper's rule; breeding from the first success there made
+the first 16 trials of a run at 4 in flight worse than NNI Random's (H200, docs/benchmarks.md). Until
+then configurations are sampled (or taken from the records, see `tuners.base` on warm start).
 
 Second deviation: parents are drawn by rank (linear ranking: the i-th fittest of n with weight n - i),
 not in proportion to fitness as in the paper (`selection: fitness` restores that). The fittest kernels
@@ -57,7 +59,7 @@ class OpEvoTuner(SpaceTuner):
         selection: how parents are drawn from the fittest: 'rank' (weight n - i for the i-th of n, the
             default) or 'fitness' (in proportion to the metric, or its reciprocal when minimizing; the paper's).
         screen: offspring bred per trial, of which the cost model's favourite is measured (1: none, the
-            paper's OpEvo). The model ranks once MIN_FIT trials have finished; until then the first is taken.
+            paper's OpEvo). The model ranks once MIN_FIT trials have finished; until then one offspring is bred.
         seed: seed of the tuner's random generator, for reproducible runs (None).
         warm_start, workload, device, warm_size: warm start from the records (see `SpaceTuner`); the
             recorded configurations, measured again, become the first parents.
@@ -82,45 +84,46 @@ class OpEvoTuner(SpaceTuner):
         return self.top(self.parents_size)
 
     def propose(self) -> Config | None:
-        """Wait while μ trials are in flight; sample until a measurement succeeds; then breed an unseen offspring
-        (with `screen` > 1, the one of `screen` that the cost model ranks first).
+        """Wait while μ trials are in flight; sample until λ trials finished, one of them a success; then breed an
+        unseen offspring (with `screen` > 1, the one of `screen` that the cost model ranks first).
 
         An offspring that breaks the device's rules (a constrained space) is repaired to the nearest one that
         keeps them: parents that each fit may combine into one that does not."""
         if self.num_pending >= self.offspring_size:
             return None
         parents = self.parents()
-        if not parents:
+        if not parents or self.num_finished < self.parents_size:
             return self.random_unseen()
         configs = [config for config, _ in parents]
         weights = self._weights([value for _, value in parents])
+        wanted = self.screen if self._model_ranks() else 1
         candidates: dict[Any, Config] = {}
         child = {}
-        for _ in range(BREED_TRIES * self.screen):
+        for _ in range(BREED_TRIES * wanted):
             child = self.space.repair(self._breed(configs, weights), self.rng)
             if not self.is_seen(child):
                 candidates.setdefault(self.space.key(child), child)
-                if len(candidates) == self.screen:
+                if len(candidates) == wanted:
                     break
         if not candidates:
             return self.nearest_unseen(child)
-        return self._screened(list(candidates.values()))
+        offspring = list(candidates.values())
+        return self._surrogate.best(offspring) if self._surrogate and wanted > 1 else offspring[0]
 
     def observe(self, config: Config, value: float | None) -> None:
         self._surrogate_stale = True
 
-    def _screened(self, candidates: list[Config]) -> Config:
-        """The candidate the cost model ranks first, refitted if a trial finished since its last fit (the
-        first candidate while it cannot rank, and always without screening)."""
+    def _model_ranks(self) -> bool:
+        """Whether the cost model can rank offspring (screen > 1 and enough results), refitted first if a trial
+        finished or the space changed since its last fit. While it cannot, a single offspring is bred."""
         if self.screen == 1:
-            return candidates[0]
-        if self._surrogate is None or self._surrogate.space is not self.space:
-            self._surrogate, self._surrogate_stale = Surrogate(self.space, self.args.seed), True
-        if self._surrogate_stale:
+            return False
+        if self._surrogate_stale or self._surrogate is None or self._surrogate.space is not self.space:
             history = [(config, None if value is None else self.score(value)) for config, value in self.history()]
+            self._surrogate = Surrogate(self.space, self.args.seed)
             self._surrogate.fit(history)
             self._surrogate_stale = False
-        return self._surrogate.best(candidates)
+        return self._surrogate.fitted
 
     def _breed(self, parents: list[Config], weights: list[float]) -> Config:
         """Each parameter comes from a parent drawn by `weights`, then takes a q-random walk."""

@@ -42,6 +42,11 @@ class Surrogate:
         self._model = RandomForestRegressor(n_estimators=TREES, random_state=self.seed).fit(features, target)
         return True
 
+    @property
+    def fitted(self) -> bool:
+        """Whether the last `fit` had enough history to rank."""
+        return self._model is not None
+
     def best(self, candidates: list[Config]) -> Config:
         """The candidate the model ranks highest (the first while it is not fitted)."""
         if self._model is None or len(candidates) == 1:
