@@ -9,7 +9,10 @@ workload and device (their trials.csv; `benchmarks/data/` keeps those of an H200
 knob encoding (`SearchSpace.encode`) and its template's resource estimate (threads, shared bytes,
 registers per thread).  Its prediction stands in for the measurement of each configuration that keeps
 `--arch`'s rules, and the tuners run through the benchmark driver as they would on that GPU (the suite's
-on the constrained space, NNI's on the twin, read by the trial's `check.decode`).  The model's
+on the constrained space, NNI's on the twin, read by the trial's `check.decode`).  Each evaluation takes
+`--latency-ms` (times a uniform draw in [0.5, 1.5]), so that results come back one at a time and in a
+varying order, as a GPU's do, and the tuners propose between them: an instant model hands the tuners all
+the results of a batch at once, which a GPU never does.  The model's
 cross-validated rank correlation with the measurements is printed with the tables.
 
 Its figures are a model's, smoother than a GPU and blind beyond the measured region, and it knows no
@@ -23,9 +26,11 @@ import csv
 import gzip
 import json
 import math
+import random
 import statistics
 import sys
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -78,9 +83,11 @@ def read_measured(paths: list[Path], space: SearchSpace) -> dict[str, float]:
 
 
 class Landscape:
-    """GFLOPS of `wl` on `target` as a model fitted to `measured`; called as the driver's `evaluate`."""
+    """GFLOPS of `wl` on `target` as a model fitted to `measured`; called as the driver's `evaluate`, which
+    takes `latency_s` on average."""
 
-    def __init__(self, wl: Workload, target: Target, measured: dict[str, float], seed: int = 0) -> None:
+    def __init__(self, wl: Workload, target: Target, measured: dict[str, float], seed: int = 0,
+                 latency_s: float = 0.0) -> None:
         self.wl, self.target = wl, target
         self.template = templates.load(wl, target=target)
         self.space = SearchSpace.from_json(self.template.search_space(wl))
@@ -88,6 +95,8 @@ class Landscape:
         self.gflops = np.array(list(measured.values()))
         self.seed = seed
         self.model = self._fit(self.features, self.gflops)
+        self.latency_s = latency_s
+        self._rng = random.Random(seed)
         self._lock = threading.Lock()  # the driver evaluates from worker threads
 
     def _features(self, config: Config) -> list[float]:
@@ -116,6 +125,8 @@ class Landscape:
             return MeasureResult(Status.INVALID, str(err), config)
         with self._lock:
             gflops = float(self.model.predict(np.array([self._features(config)]))[0])
+            seconds = self.latency_s * self._rng.uniform(0.5, 1.5)
+        time.sleep(seconds)
         return MeasureResult(Status.OK, "", config, gflops=max(gflops, 0.0), target=self.target.label,
                              device=f"model of {self.target.device_name}")
 
@@ -157,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=number_type(int, 1, 100_000), default=128, help="trials per run (default 128)")
     p.add_argument("--workers", type=number_type(int, 1, 1024), default=8,
                    help="trials in flight, as benchmarks.compare's (default 8)")
+    p.add_argument("--latency-ms", type=number_type(float, 0, 10_000), default=20.0,
+                   help="how long an evaluation takes, on average (default 20; 0: results of a batch at once)")
     args = p.parse_args(argv)
     try:
         wl = parse_name(args.workload)
@@ -171,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = read_measured(args.measured, space)
     except (OSError, ValueError) as err:
         p.error(str(err))
-    landscape = Landscape(wl, target, measured)
+    landscape = Landscape(wl, target, measured, latency_s=args.latency_ms / 1000)
     print(f"# {wl.name}: a model of {len(measured):,} measured configurations ({args.arch} rules), "
           f"cross-validated rank correlation {landscape.rank_correlation():.3f}, best measured "
           f"{max(measured.values()):,.0f} GFLOPS; the GFLOPS below are the model's\n")

@@ -3,18 +3,22 @@ layout (FP32 with TF32 off; float16, int8 and float8 e4m3 on tensor cores).
 
 PyTorch is not a dependency of the suite; these baselines run where it is installed (GPU machines).
 The benchmarks call `baseline`, which times the library only where that makes sense and under the
-device lock, with the run's repeat settings.
+device lock, with the run's repeat settings.  On its own:
+
+    python -m benchmarks.vendor conv/N512C64HW27F192K5ST1PD2 [--cudnn-heuristics]
 """
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from trial import devicelock
 from trial.measure import Options
 from trial.verify import int8_bound
-from trial.workload import Workload
+from trial.workload import SpecError, Workload, parse_name
 
 GRAPH_CALLS = 100
 """Calls captured in one graph; a timed repeat replays it until it lasts `min_repeat_ms` (as the suite's
@@ -22,7 +26,7 @@ kernels are timed: trial/graphs.py, which captures through the CUDA driver rathe
 
 
 def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
-             min_repeat_ms: float = Options.min_repeat_ms) -> dict[str, Any] | None:
+             min_repeat_ms: float = Options.min_repeat_ms, cudnn_benchmark: bool = True) -> dict[str, Any] | None:
     """The vendor library on `wl` (`time_vendor`) under the CUDA device lock, or None where it has no figure.
 
     `target` is where the kernels ran: a target kind or a measurement's target string ("cuda sm_90"),
@@ -38,13 +42,16 @@ def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
     if not torch.cuda.is_available():
         return None
     with devicelock.acquire("cuda", 1):
-        return time_vendor(wl, repeat, min_repeat_ms)
+        return time_vendor(wl, repeat, min_repeat_ms, cudnn_benchmark)
 
 
-def time_vendor(wl: Workload, repeat: int = Options.repeat,
-                min_repeat_ms: float = Options.min_repeat_ms) -> dict[str, Any] | None:
+def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float = Options.min_repeat_ms,
+                cudnn_benchmark: bool = True) -> dict[str, Any] | None:
     """Median latency (ms) and GFLOPS of the vendor library on `wl`, on the current CUDA device; None where
     the library has no kernel for it (`_call`).
+
+    cuDNN picks its algorithm by timing them all (`cudnn_benchmark`, as a user tuning for speed would) or,
+    with False, by its heuristics (PyTorch's default).
 
     The calls are replayed from a CUDA graph: launched one by one from Python, each costs the CPU more
     (PyTorch's dispatch, ~15 us on an H100 machine) than a small GEMM takes on the GPU, so the GPU waited
@@ -57,11 +64,13 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat,
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True  # let cuDNN pick its fastest algorithm, as a user would
+    torch.backends.cudnn.benchmark = cudnn_benchmark
     found = _call(wl, torch)
     if found is None:
         return None
     name, fn = found
+    if wl.op == "conv" and not cudnn_benchmark:
+        name += ", heuristic algorithm (cudnn.benchmark off)"
     side = torch.cuda.Stream()  # warm-up (cuDNN's algorithm search, cuBLAS's workspace) off the capture stream
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -128,3 +137,31 @@ def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
                 lambda: torch._scaled_mm(x, y, scale_a=one, scale_b=one, out_dtype=torch.float32))
     name = "cuBLAS float16" if e.mma_k else "cuBLAS FP32 (TF32 off)"
     return name, (lambda: torch.bmm(x, y)) if wl.op == "bmm" else (lambda: torch.mm(x, y))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.vendor",
+                                description="Time the vendor library on workloads, as the benchmarks do.")
+    p.add_argument("workloads", nargs="+", help="op/spec, e.g. conv/N512C64HW27F192K5ST1PD2")
+    p.add_argument("--cudnn-heuristics", action="store_true",
+                   help="let cuDNN pick its algorithm by heuristics (cudnn.benchmark off) instead of by timing")
+    args = p.parse_args(argv)
+    try:
+        workloads = [parse_name(name) for name in args.workloads]
+    except SpecError as err:
+        p.error(str(err))
+    rows = ["| workload | library | timing | ms | GFLOPS |", "| --- | --- | --- | ---: | ---: |"]
+    for wl in workloads:
+        found = baseline(wl, "cuda", cudnn_benchmark=not args.cudnn_heuristics)
+        if found is None:
+            print(f"{wl.name}: no vendor figure (it needs PyTorch with a CUDA device, and a library call for "
+                  f"this type and op)", file=sys.stderr)
+            return 1
+        rows.append(f"| {wl.name} | {found['library']} | {found['timing']} | {found['latency_ms']:.4f} | "
+                    f"{found['gflops']:,.1f} |")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

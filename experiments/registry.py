@@ -13,10 +13,11 @@ CONCURRENCY = 4  # builds overlap; the measuring service times one kernel per de
 
 TUNERS: dict[str, dict[str, Any]] = {
     "opevo": {"className": "tuners.opevo.OpEvoTuner",
-              "classArgs": {"optimize_mode": "maximize", "parents_size": 4, "offspring_size": 8,
+              "classArgs": {"optimize_mode": "maximize", "parents_size": 8, "offspring_size": 8,
                             "mutate_rate": 0.3, "selection": "rank", "screen": 32, "sampling": "nearest"}},
     "gbfs": {"className": "tuners.gbfs.GBFSTuner",
-             "classArgs": {"optimize_mode": "maximize", "num_samples": 5, "sampling": "nearest"}},
+             "classArgs": {"optimize_mode": "maximize", "num_samples": 5, "start_size": 16,
+                           "sampling": "nearest"}},
     "na2c": {"className": "tuners.na2c.NA2CTuner",
              "classArgs": {"optimize_mode": "maximize", "n_states": 8, "n_steps": 4, "hidden_size": 64,
                            "lr": 0.01, "sampling": "nearest"}},

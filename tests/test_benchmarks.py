@@ -11,7 +11,7 @@ import yaml
 from nni.tuner import Tuner
 from nni_experiment import free_port
 
-from benchmarks import compare, driver, experiments, gpucheck, plots, proposals, vendor
+from benchmarks import compare, driver, experiments, gpucheck, plots, proposals
 from experiments import registry, write
 from trial import templates
 from trial.results import STAGES, STATUSES, MeasureResult
@@ -216,11 +216,6 @@ def test_compare_on_the_cpu(tmp_path, capsys):
     kept = Records(tmp_path / "records.sqlite").query(workload="mm/N32K32M32PNN")
     assert len(kept) == (len(tuners) - 1) * seeds * trials  # MetaSchedule's schedules are no knob configs
     assert all(r.experiment.startswith("bench-") for r in kept)
-
-
-def test_vendor_baseline_only_on_cuda():
-    wl = parse("mm", "N32K32M32")
-    assert vendor.baseline(wl, "llvm") is None and vendor.baseline(wl, "") is None
 
 
 def test_benchmark_experiments_start_cold(tmp_path):

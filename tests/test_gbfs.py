@@ -63,7 +63,7 @@ def test_expands_the_best_node_with_rho_unseen_neighbours(mode: str) -> None:
     # One trial at a time: the seed, then ρ of its neighbours, then ρ neighbours of the best of those.
     space, f = SearchSpace.from_json(CONV), objective(CONV)
     metric = f if mode == "maximize" else (lambda c: 1.0 / f(c))  # GFLOPS or seconds: same best
-    tuner = Recording(optimize_mode=mode, num_samples=3, seed=7)
+    tuner = Recording(optimize_mode=mode, num_samples=3, start_size=1, seed=7)
     tuner.update_search_space(CONV)
     nni_ = FakeNNI(tuner, lambda c: ok(metric(c)), concurrency=1)
     nni_.run(7)
@@ -74,10 +74,22 @@ def test_expands_the_best_node_with_rho_unseen_neighbours(mode: str) -> None:
     assert len(set(keys(CONV, nni_.proposed))) == 7
 
 
+def test_walks_from_the_best_of_the_first_start_size_results() -> None:
+    # Random configurations until start_size trials have finished, then ρ neighbours of the best of them.
+    space, f = SearchSpace.from_json(CONV), objective(CONV)
+    tuner = Recording(num_samples=3, start_size=6, seed=2)
+    tuner.update_search_space(CONV)
+    nni_ = FakeNNI(tuner, lambda c: ok(f(c)), concurrency=1).run(9)
+    start = nni_.proposed[:6]
+    assert tuner.expanded == [max(start, key=f)]
+    assert all(is_neighbour(space, tuner.expanded[0], c) for c in nni_.proposed[6:])
+    assert not all(is_neighbour(space, start[0], c) for c in start[1:])
+
+
 def test_exhausted_node_passes_to_the_next_best() -> None:
     # A one-parameter space where the best node's only neighbours are already seen.
     space = {"v": {"_type": "discrete", "_value": [1, 2, 3, 4, 5, 6, 7]}}
-    tuner = make_tuner(space, num_samples=5)
+    tuner = make_tuner(space, num_samples=5, start_size=3)  # the imported results count as the start
     tuner.import_data([{"parameter": {"v": 4}, "value": 9.0}, {"parameter": {"v": 3}, "value": 1.0},
                        {"parameter": {"v": 5}, "value": 2.0}])
     assert tuner.generate_multiple_parameters([0]) == [{"v": 6}]  # 4 has no unseen neighbour, 5 is next
@@ -85,7 +97,7 @@ def test_exhausted_node_passes_to_the_next_best() -> None:
 
 def test_never_stalls_while_trials_are_in_flight() -> None:
     # Before any result: a random multi-start; after one, ρ neighbours of it and then its wider surroundings.
-    tuner = make_tuner(CONV, num_samples=2, seed=0)
+    tuner = make_tuner(CONV, num_samples=2, start_size=1, seed=0)
     first = tuner.generate_multiple_parameters(list(range(4)))
     assert len(first) == 4
     tuner.receive_trial_result(0, first[0], ok(5.0))
@@ -112,7 +124,7 @@ def test_failed_trials_are_never_expanded() -> None:
 def test_import_data_seeds_the_search() -> None:
     f = objective(MM)
     earlier = SearchSpace.from_json(MM).sample(random.Random(1))
-    tuner = make_tuner(MM, seed=0)
+    tuner = make_tuner(MM, start_size=1, seed=0)
     tuner.import_data([{"parameter": earlier, "value": ok(f(earlier))}])
     proposed = tuner.generate_multiple_parameters([0, 1, 2])
     space = SearchSpace.from_json(MM)
@@ -154,6 +166,7 @@ def test_exhaustion_while_trials_are_in_flight() -> None:
     ({"num_samples": 0}, "num_samples"),
     ({"num_samples": 2.5}, "num_samples"),
     ({"num_samples": True}, "num_samples"),
+    ({"start_size": 0}, "start_size"),
     ({"seed": 1.5}, "seed"),
     *sc.BAD_COMMON_ARGS,
 ])

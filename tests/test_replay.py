@@ -81,7 +81,7 @@ def test_the_model_stands_in_for_the_device(measured_file: Path) -> None:
 
 def test_the_command_replays_tuners(measured_file: Path, capsys: pytest.CaptureFixture) -> None:
     assert replay.main([WL.name, "--measured", str(measured_file), "--tuners", "opevo:2", "random",
-                        "--trials", "12", "--workers", "4"]) == 0
+                        "--trials", "12", "--workers", "4", "--latency-ms", "2"]) == 0
     out = capsys.readouterr().out
     assert "cross-validated rank correlation" in out and "the GFLOPS below are the model's" in out
     rows = [line for line in out.splitlines() if line.startswith(("| opevo |", "| random |"))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 import statistics
 
+import pytest
 from tuner_harness import MATMUL, gflops
 
 from searchspace import SearchSpace
@@ -23,7 +24,8 @@ def test_ranks_unmeasured_configurations_above_chance() -> None:
     quantiles = []
     for seed in range(10):
         model = Surrogate(SPACE, seed)
-        assert model.fit([(c, gflops(c)) for c in sampled(48, seed)])
+        model.fit([(c, gflops(c)) for c in sampled(48, seed)])
+        assert model.fitted
         candidates = sampled(32, 100 + seed)
         pick = gflops(model.best(candidates))
         quantiles.append(sum(gflops(c) < pick for c in candidates) / len(candidates))
@@ -35,7 +37,8 @@ def test_failures_rank_below_successes() -> None:
     # vec 4 is the best choice of the objective, but every vec-4 trial failed: the model learns to avoid it.
     history = [(c, None if c["vec"] == 4 else gflops(c)) for c in sampled(60, 1)]
     model = Surrogate(SPACE, 0)
-    assert model.fit(history)
+    model.fit(history)
+    assert model.fitted
     candidates = [{**c, "vec": v} for c in sampled(10, 2) for v in (1, 2, 4)]
     assert model.best(candidates)["vec"] != 4
 
@@ -43,9 +46,15 @@ def test_failures_rank_below_successes() -> None:
 def test_first_candidate_until_enough_history() -> None:
     model = Surrogate(SPACE, 0)
     few = [(c, gflops(c)) for c in sampled(MIN_FIT - 1, 3)]
-    assert not model.fit(few)
-    assert not model.fit([(c, None) for c in sampled(MIN_FIT, 3)])  # failures only: nothing to rank by
+    model.fit(few)
+    assert not model.fitted
+    model.fit([(c, None) for c in sampled(MIN_FIT, 3)])  # failures only: nothing to rank by
+    assert not model.fitted
     candidates = sampled(5, 4)
     assert model.best(candidates) == candidates[0]
-    assert model.fit([(c, gflops(c)) for c in sampled(MIN_FIT, 5)])
-    assert model.best(candidates) == max(candidates, key=lambda c: model._model.predict([SPACE.encode(c)])[0])
+    with pytest.raises(ValueError, match="not fitted"):
+        model.scores(candidates)
+    model.fit([(c, gflops(c)) for c in sampled(MIN_FIT, 5)])
+    assert model.fitted
+    scores = model.scores(candidates)
+    assert len(set(scores)) > 1 and model.best(candidates) == candidates[int(scores.argmax())]

@@ -6,12 +6,19 @@ discrete value, another choice, a swap in a permutation). A priority queue holds
 configurations by score; the best one not yet expanded is expanded by proposing up to ρ of its unseen
 neighbours, drawn at random, which join the queue once measured.
 
+Deviation from the paper, which walks from one initial configuration: the walk starts from the best of
+`start_size` random configurations, once that many trials have finished (at once on a warm start, from
+the recorded configurations). Walking from the first result to come back ties a run to one random
+kernel, good or poor: at 4 in flight on an H200 (mm/N512K1024M1024, 5 seeds) G-BFS's median best by
+trial 8 was 10,214 GFLOPS against NNI Random's 18,834; with a start of 16, 19,854, and its best after
+128 trials 31,384 against 30,182 (one command each; on a replay of that GPU's landscape, 40 seeds,
+33,768 against 32,748; docs/benchmarks.md).
+
 Compared with the 2020 NNI example this tuner never waits for every trial in flight: a request is
 answered from the current expansion, else by expanding the next-best measured configuration (skipping
 those whose neighbours were all seen), else
 
-* before any success, with a random unseen configuration, so the first `trialConcurrency` trials are
-  a seeded multi-start instead of one seed and idle slots;
+* before any success, with a random unseen configuration;
 * after one, with the unseen configuration nearest to the best measurement (breadth-first through the
   configurations in flight), which is where the next expansions would lead anyway.
 
@@ -37,15 +44,18 @@ class GBFSTuner(SpaceTuner):
     classArgs:
         optimize_mode: 'maximize' (e.g. GFLOPS, the default) or 'minimize' (e.g. seconds).
         num_samples: ρ, how many unseen neighbours one expansion proposes at most (5).
+        start_size: random configurations measured before the walk starts from the best of them (16; 1
+            walks from the first success). Results imported on resume count; a warm start skips it.
         seed: seed of the tuner's random generator, for reproducible runs (None).
         warm_start, workload, device, warm_size: warm start from the records (see `SpaceTuner`); the
             recorded configurations, measured again, are the first nodes expanded.
     """
 
-    def __init__(self, optimize_mode: str = "maximize", num_samples: int = 5, seed: int | None = None,
-                 **warm: Any) -> None:
+    def __init__(self, optimize_mode: str = "maximize", num_samples: int = 5, start_size: int = 16,
+                 seed: int | None = None, **warm: Any) -> None:
         super().__init__(optimize_mode=optimize_mode, seed=seed, **warm)
         self.num_samples = positive_int("num_samples", num_samples)
+        self.start_size = positive_int("start_size", start_size)
         self._graph_space: SearchSpace | None = None
         self._frontier: list[tuple[float, int, Config]] = []
         self._in_frontier: set[Hashable] = set()
@@ -53,8 +63,11 @@ class GBFSTuner(SpaceTuner):
         self._order = itertools.count()
 
     def propose(self) -> Config | None:
-        """The next neighbour of the current expansion, else expand the next-best node, else fall back."""
+        """A random configuration until `start_size` trials have finished; then the next neighbour of the current
+        expansion, else expand the next-best node, else fall back."""
         self._sync()
+        if self.num_finished < self.start_size and not self.warm_configs:
+            return self.random_unseen()
         while True:
             while self._batch:
                 config = self._batch.pop()

@@ -29,27 +29,31 @@ class Surrogate:
         self.seed = seed
         self._model: RandomForestRegressor | None = None
 
-    def fit(self, history: list[tuple[Config, float | None]]) -> bool:
-        """Fit to `history` (scores oriented so that higher is better, None for a failure); False, and no
-        model, while it holds fewer than MIN_FIT measurements or no success."""
+    def fit(self, history: list[tuple[Config, float | None]]) -> None:
+        """Fit to `history` (scores oriented so that higher is better, None for a failure); no model (see
+        `fitted`) while it holds fewer than MIN_FIT measurements or no success."""
         scores = np.array([s for _, s in history if s is not None])
         if len(history) < MIN_FIT or len(scores) == 0:
             self._model = None
-            return False
+            return
         quantile = iter((rankdata(scores) - 1) / max(len(scores) - 1, 1))
         target = [next(quantile) if s is not None else FAILURE_QUALITY for _, s in history]
         features = np.array([self.space.encode(c) for c, _ in history])
         self._model = RandomForestRegressor(n_estimators=TREES, random_state=self.seed).fit(features, target)
-        return True
 
     @property
     def fitted(self) -> bool:
         """Whether the last `fit` had enough history to rank."""
         return self._model is not None
 
+    def scores(self, candidates: list[Config]) -> np.ndarray:
+        """The model's predicted quality of each candidate (higher is better); needs a fitted model."""
+        if self._model is None:
+            raise ValueError("the cost model is not fitted: too few measurements, or no success, to rank by")
+        return self._model.predict(np.array([self.space.encode(c) for c in candidates]))
+
     def best(self, candidates: list[Config]) -> Config:
         """The candidate the model ranks highest (the first while it is not fitted)."""
         if self._model is None or len(candidates) == 1:
             return candidates[0]
-        predicted = self._model.predict(np.array([self.space.encode(c) for c in candidates]))
-        return candidates[int(np.argmax(predicted))]
+        return candidates[int(np.argmax(self.scores(candidates)))]
