@@ -79,6 +79,17 @@ def test_the_model_stands_in_for_the_device(measured_file: Path) -> None:
     assert repaired.status == "ok" and SPACE.valid(repaired.params)
 
 
+def test_each_evaluation_takes_a_drawn_latency(measured_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Results come back one at a time when evaluations take varying times: each sleeps 0.5-1.5x the latency.
+    slept: list[float] = []
+    monkeypatch.setattr(replay.time, "sleep", slept.append)
+    landscape = replay.Landscape(WL, TARGET, replay.read_measured([measured_file], SPACE), latency_s=0.02)
+    rng = random.Random(6)
+    for _ in range(20):
+        assert landscape(SPACE.sample(rng)).status == "ok"
+    assert len(slept) == 20 and all(0.01 <= s <= 0.03 for s in slept) and len(set(slept)) == 20
+
+
 def test_the_command_replays_tuners(measured_file: Path, capsys: pytest.CaptureFixture) -> None:
     assert replay.main([WL.name, "--measured", str(measured_file), "--tuners", "opevo:2", "random",
                         "--trials", "12", "--workers", "4", "--latency-ms", "2"]) == 0
