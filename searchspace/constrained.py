@@ -24,11 +24,11 @@ memory or registers a block may have), which is where a GPU's fast kernels are f
 from __future__ import annotations
 
 import copy
-import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from .condition import Condition
 from .errors import SpaceError
 from .param import Parameter
 from .space import Config, SearchSpace
@@ -61,8 +61,9 @@ class ConstrainedSpace(SearchSpace):
     rules, and `sample`, `neighbours`, `values` and `repair` yield only valid configurations.
     """
 
-    def __init__(self, params: list[Parameter], constraints: Constraints) -> None:
-        super().__init__(params)
+    def __init__(self, params: list[Parameter], constraints: Constraints,
+                 conditions: Mapping[str, Condition] | None = None) -> None:
+        super().__init__(params, conditions)
         self.constraints = constraints
         self._domains: dict[str, list[Any] | None] | None = None
         self._degrees: dict[tuple[Any, ...], int] = {}
@@ -70,14 +71,14 @@ class ConstrainedSpace(SearchSpace):
 
     @classmethod
     def of(cls, space: SearchSpace, constraints: Constraints) -> ConstrainedSpace:
-        return cls(list(space.params.values()), constraints)
+        return cls(list(space.params.values()), constraints, space.conditions)
 
     @property
     def size(self) -> int:
         """Number of valid configurations where the space is small enough to count them (a tuner then knows
         when it has seen them all), else of all configurations (an upper bound)."""
         if self._size is None:
-            plain = math.prod(p.size for p in self.params.values())
+            plain = self._distinct()
             self._size = sum(1 for _ in self.values()) if plain <= COUNT_LIMIT else plain
         return self._size
 

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .choice import Choice
+from .condition import WHEN, Condition
 from .discrete import Discrete
 from .errors import SpaceError
 from .factor import Factor
@@ -34,17 +35,24 @@ class SearchSpace:
     """An ordered set of named parameters; a configuration maps every name to one of its values.
 
     Configurations are plain JSON-compatible dicts (lists of ints, not tuples) because NNI ships them as
-    JSON. Two configurations are neighbours when they differ in one parameter by one move of its type, and
-    that graph is connected, so a walk or a breadth-first search can reach every configuration.
+    JSON. Two configurations are neighbours when they differ in one active parameter by one move of its type
+    (`conditions`: parameters that matter only for some values of a choice), and that graph is connected, so
+    a walk or a breadth-first search can reach every configuration.
     """
 
-    def __init__(self, params: list[Parameter]) -> None:
+    def __init__(self, params: list[Parameter], conditions: Mapping[str, Condition] | None = None) -> None:
         if not params:
             raise SpaceError("search space has no parameters")
         names = [p.name for p in params]
         if len(set(names)) != len(names):
             raise SpaceError(f"search space repeats a parameter name: {names!r}")
         self._params = {p.name: p for p in params}
+        self._when = dict(conditions or {})
+        for name, cond in self._when.items():
+            if name not in self._params or not isinstance(self._params.get(cond.on), Choice):
+                raise SpaceError(f"{name}: a condition on {cond.on!r} needs both to be parameters, {cond.on} a choice")
+            if cond.on in self._when:
+                raise SpaceError(f"{name}: its condition's choice {cond.on} has a {WHEN} of its own (one level only)")
 
     @classmethod
     def from_json(cls, spec: Mapping[str, Any]) -> SearchSpace:
@@ -53,7 +61,7 @@ class SearchSpace:
             raise SpaceError(f"search space must be a JSON object, got {type(spec).__name__}")
         if len(spec) > MAX_PARAMETERS:
             raise SpaceError(f"search space has {len(spec)} parameters; the limit is {MAX_PARAMETERS}")
-        params = []
+        params, whens = [], {}
         for name, entry in spec.items():
             if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
                 raise SpaceError(f"parameter names must be 1 to {MAX_NAME_CHARS} characters, got {str(name)[:40]!r}")
@@ -67,7 +75,10 @@ class SearchSpace:
             if kind is None:
                 raise SpaceError(f"{name}: unknown _type {shown(entry['_type'])} (supported: {', '.join(sorted(TYPES))})")
             params.append(kind.from_value(str(name), entry["_value"]))
-        return cls(params)
+            if WHEN in entry:
+                whens[name] = entry[WHEN]
+        by_name = {p.name: p for p in params}
+        return cls(params, {name: Condition.from_value(name, when, by_name) for name, when in whens.items()})
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SearchSpace:
@@ -90,7 +101,9 @@ class SearchSpace:
 
     def to_json(self) -> dict[str, Any]:
         """The NNI search-space JSON this space was built from."""
-        return {name: {"_type": p.type_name, "_value": p.spec} for name, p in self._params.items()}
+        return {name: {"_type": p.type_name, "_value": p.spec,
+                       **({WHEN: self._when[name].spec} if name in self._when else {})}
+                for name, p in self._params.items()}
 
     @property
     def names(self) -> list[str]:
@@ -101,6 +114,25 @@ class SearchSpace:
     def params(self) -> Mapping[str, Parameter]:
         """Read-only map from name to parameter, in search-space order."""
         return MappingProxyType(self._params)
+
+    @property
+    def conditions(self) -> Mapping[str, Condition]:
+        """Read-only map from a conditional parameter's name to its condition."""
+        return MappingProxyType(self._when)
+
+    def active(self, name: str, config: Config) -> bool:
+        """Whether parameter `name` matters in the valid `config` (see searchspace/condition.py)."""
+        cond = self._when.get(name)
+        return cond is None or cond.holds(self._params[cond.on], config)
+
+    def least(self, name: str | None = None) -> Config:
+        """Every parameter at its least value, except that the choices deciding whether `name` is active
+        take their first value that makes it so."""
+        config = {n: p.least for n, p in self._params.items()}
+        cond = self._when.get(name) if name is not None else None
+        if cond is not None:
+            config[cond.on] = cond.first(self._params[cond.on])
+        return config
 
     def __getitem__(self, name: str) -> Parameter:
         return self._params[name]
@@ -113,8 +145,18 @@ class SearchSpace:
 
     @property
     def size(self) -> int:
-        """Number of configurations (an exact Python int; it can be far beyond 2**64)."""
-        return math.prod(p.size for p in self._params.values())
+        """Number of distinct configurations, inert values aside (an exact Python int; it can be far beyond 2**64)."""
+        return self._distinct()
+
+    def _distinct(self) -> int:
+        deciding = {c.on for c in self._when.values()}
+        free = math.prod(p.size for n, p in self._params.items() if n not in self._when and n not in deciding)
+        for on in deciding:
+            choice = self._params[on]
+            free *= sum(math.prod(self._params[n].size for n, c in self._when.items()
+                                  if c.on == on and choice.key(option) in c.keys)
+                        for option in choice.options)
+        return free
 
     @property
     def encode_width(self) -> int:
@@ -166,17 +208,15 @@ class SearchSpace:
     def key(self, config: Config) -> tuple[Any, ...]:
         """A hashable canonical form of a valid configuration, for deduplication."""
         self.validate(config)
-        return tuple(p.key(config[name]) for name, p in self._params.items())
+        return tuple(p.key(config[name] if self.active(name, config) else p.least) for name, p in self._params.items())
 
     def neighbours(self, config: Config) -> list[Config]:
         """The configurations that differ from `config` in one parameter by one move."""
         self.validate(config)
-        out = []
+        base, out = copy.deepcopy(config), []  # the neighbours share their unchanged values with one another
         for name, p in self._params.items():
-            for value in p.neighbours(config[name]):
-                moved = copy.deepcopy(config)
-                moved[name] = value
-                out.append(moved)
+            if self.active(name, config):
+                out += [{**base, name: value} for value in p.neighbours(config[name])]
         return out
 
     def moves(self) -> list[Move]:
@@ -186,6 +226,8 @@ class SearchSpace:
     def moved(self, config: Config, move: Move) -> Config | None:
         """Where `move`, one of `moves()`, leads from `config`; None where it does not apply."""
         name, m = move
+        if not self.active(name, config):
+            return None
         param = self._params[name]
         value = param.move(config[name], m)
         return None if param.key(value) == param.key(config[name]) else {**copy.deepcopy(config), name: value}
@@ -193,13 +235,18 @@ class SearchSpace:
     def encode(self, config: Config) -> list[float]:
         """The parameters' encodings concatenated in search-space order (length `encode_width`)."""
         self.validate(config)
-        return [x for name, p in self._params.items() for x in p.encode(config[name])]
+        return [x for name, p in self._params.items()
+                for x in p.encode(config[name] if self.active(name, config) else p.least)]
 
     def values(self) -> Iterator[Config]:
-        """Every configuration, lazily; `ValueError` when there are more than `MAX_ENUMERATION`."""
-        count = math.prod(p.size for p in self._params.values())
+        """Every configuration, lazily, inert parameters at their least value; `ValueError` when there are
+        more than `MAX_ENUMERATION`."""
+        count = self._distinct()
         if count > MAX_ENUMERATION:
             raise ValueError(f"{count} configurations are too many to enumerate (limit {MAX_ENUMERATION})")
-        names = self.names
-        per_param = [p.values() for p in self._params.values()]
-        return ({n: copy.deepcopy(v) for n, v in zip(names, combo)} for combo in itertools.product(*per_param))
+        names, deciding = self.names, sorted({c.on for c in self._when.values()})
+        for_each = [dict(zip(deciding, chosen))
+                    for chosen in itertools.product(*(self._params[n].values() for n in deciding))]
+        return ({n: copy.deepcopy(v) for n, v in zip(names, combo)} for fixed in for_each
+                for combo in itertools.product(*([fixed[n]] if n in fixed else p.values() if self.active(n, fixed)
+                                                 else [p.least] for n, p in self._params.items())))

@@ -64,6 +64,24 @@ def test_vector_widths_the_rule_rejects_would_be_misaligned(spec, config):
     assert any(not a.aligned for a in accesses)
 
 
+@pytest.mark.parametrize("spec", ["N512C64HW27F192K5ST1PD2", "N8C32HW17F40K3ST1PD1"])
+def test_winograd_vectors_are_aligned(spec):
+    """The Winograd product's vector loads (wino_vec) and its vector stores of M (wino_p[3] adjacent tiles,
+    the tile count padded to a multiple of 32) start at multiples of their widths."""
+    wl = parse("conv", spec)
+    template = templates.load(wl)
+    space = ConstrainedSpace.of(SearchSpace.from_json(template.search_space(wl)), KernelRules(wl, template, SM90))
+    rng = random.Random(2)
+    drawn = (space.sample(rng) for _ in range(400))
+    configs = [c for c in drawn if c["algorithm"] == "winograd" and c["wino_vec"] > 1 and c["wino_p"][3] in (2, 4)][:2]
+    assert len(configs) == 2
+    for config in [template.default_params(wl, True), *configs]:
+        accesses = vector_accesses(device_module(template.schedule(wl, config, SM90), SM90))
+        stores = [a for a in accesses if a.buffer == "C"]
+        assert {a.lanes for a in stores} == {config["wino_p"][3]} and len(stores) < len(accesses), config
+        assert all(a.aligned for a in accesses), (config, [a for a in accesses if not a.aligned])
+
+
 def test_generated_cuda_uses_the_vectors():
     """The aligned vectors reach the CUDA source: float4 loads, or 16-byte cp.async with `pipeline` >= 2."""
     wl = parse("mm", "N512K1024M1024PTN")
@@ -77,7 +95,8 @@ def test_generated_cuda_uses_the_vectors():
 @pytest.mark.parametrize("op,spec,change", [
     ("mm", "N512K1024M1024", {"K": [1, 64, 16, 1], "pipeline": 4}),
     ("bmm", "B960N128K128M64PTN", {"K": [1, 2, 16, 4], "pipeline": 3}),
-    ("conv", "N512C64HW27F192K5ST1PD2", {"tile_rc": [2, 32], "pipeline": 2}),
+    ("conv", "N512C64HW27F192K5ST1PD2", {"algorithm": "direct", "tile_rc": [2, 32], "pipeline": 2}),
+    ("conv", "N512C64HW27F192K5ST1PD2", {"wino_c": [1, 64, 1], "wino_pipeline": 2}),
 ])
 def test_blocks_beyond_48k_use_dynamic_shared_memory(op, spec, change):
     """Above the static 48 KiB a block's tiles go to dynamic shared memory, as much as the estimate

@@ -84,7 +84,8 @@ def test_deep_conv_pipelines_need_their_unrolling_in_tir():
     as constants: left to the compiler's unrolling, the build fails; the rule asks for explicit unrolling,
     with which the same config compiles."""
     wl = parse_name("conv/N512C64HW27F192K5ST1PD2")
-    config = {**conv2d.default_params(wl, True), "pipeline": 3, "auto_unroll_max_step": 256, "unroll_explicit": 0}
+    config = {**conv2d.default_params(wl, True), "algorithm": "direct", "pipeline": 3, "auto_unroll_max_step": 256,
+              "unroll_explicit": 0}
     with pytest.raises(ValueError, match="cp_async_wait_group: immediate operands must become compile-time constants"):
         kernels(wl.name, config, "sm_90")
     with pytest.raises(check.InvalidConfig, match="pipeline 3 \\(3 cp.async buffers\\) with auto_unroll_max_step 256 "

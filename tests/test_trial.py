@@ -80,8 +80,8 @@ GPU = Target("cuda", {"kind": "cuda", "arch": "sm_90"}, "test GPU", 1,
     ("mm", "N2048K2048M2048", {"K": [1, 1, 64, 32], "X": [16, 1, 8, 16], "Y": [16, 1, 8, 16]},
      "bytes of shared memory per block > device limit 49152"),
     ("mm", "N2048K64M2048", {"X": [128, 1, 1, 16], "Y": [64, 1, 1, 32]}, "registers per thread > device limit 255"),
-    ("conv", "N1C8HW16F128K3ST1PD1", {"tile_f": [1, 1, 128, 1], "tile_y": [16, 1, 1, 1], "tile_x": [16, 1, 1, 1]},
-     "threadIdx.z extent 128 > device limit 64"),
+    ("conv", "N1C8HW16F128K3ST1PD1", {"algorithm": "direct", "tile_f": [1, 1, 128, 1], "tile_y": [16, 1, 1, 1],
+                                      "tile_x": [16, 1, 1, 1]}, "threadIdx.z extent 128 > device limit 64"),
 ])
 def test_knobs_beyond_gpu_limits_are_invalid(op, spec, change, message):
     wl = parse(op, spec)
@@ -91,15 +91,16 @@ def test_knobs_beyond_gpu_limits_are_invalid(op, spec, change, message):
         check.check(wl, template, params, GPU)
 
 
-@pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024"), ("conv", "N512C64HW27F192K5ST1PD2")])
-def test_pipelined_shared_stages(op, spec):
+@pytest.mark.parametrize("op,spec,base", [("mm", "N512K1024M1024", {}),
+                                          ("conv", "N512C64HW27F192K5ST1PD2", {"algorithm": "direct"})])
+def test_pipelined_shared_stages(op, spec, base):
     """pipeline 1 double-buffers the shared tiles; 2, 3, 4 fill that many with cp.async, only where the GPU
     has it."""
     wl = parse(op, spec)
     template = templates.load(wl)
     sources, shared = {}, {}
     for depth in PIPELINE_DEPTHS:
-        params = {**template.default_params(wl, True), "pipeline": depth}
+        params = {**template.default_params(wl, True), **base, "pipeline": depth}
         check.check(wl, template, params, GPU)
         sources[depth] = build.build(wl, template, params, GPU).mod.imports[0].inspect_source()
         shared[depth] = template.resources(wl, params)["shared_bytes"]
@@ -108,7 +109,7 @@ def test_pipelined_shared_stages(op, spec):
     assert "cp.async" not in sources[0] and "cp.async" not in sources[1]
     assert all(f"cp.async.wait_group {d - 1}" in sources[d] for d in (2, 3, 4))
     turing = dataclasses.replace(GPU, target={"kind": "cuda", "arch": "sm_75"})
-    params = {**template.default_params(wl, True), "pipeline": 2}
+    params = {**template.default_params(wl, True), **base, "pipeline": 2}
     with pytest.raises(check.InvalidConfig, match="cp.async"):
         check.check(wl, template, params, turing)
     check.check(wl, template, {**params, "pipeline": 1}, turing)

@@ -80,7 +80,7 @@ class KernelRules:
         self.wl, self.template = wl, template
         own = getattr(template, "rules", None)
         self.rules = [*device_rules(target), *(own(wl) if own and target.is_gpu else [])]
-        self._least: Config | None = None
+        self._space: SearchSpace | None = None
 
     def _broken(self, config: Config, rules: list[Rule] | None = None) -> list[tuple[Rule, Resources]]:
         if not self.rules:
@@ -99,8 +99,8 @@ class KernelRules:
         return [rule.message(res, config) for rule, res in self._broken(config)]
 
     def possible(self, name: str, value: Any) -> bool:
-        """Whether the rules that grow hold with `value` and every other knob at its smallest."""
-        if self._least is None:
-            space = SearchSpace.from_json(self.template.search_space(self.wl))
-            self._least = {n: p.least for n, p in space.params.items()}
-        return not self._broken({**self._least, name: value}, [r for r in self.rules if r.grows])
+        """Whether the rules that grow hold with `value` and every other knob at its smallest (the choice
+        that decides whether `name` matters set so that it does)."""
+        if self._space is None:
+            self._space = SearchSpace.from_json(self.template.search_space(self.wl))
+        return not self._broken({**self._space.least(name), name: value}, [r for r in self.rules if r.grows])

@@ -41,7 +41,7 @@ class WrongResult(RuntimeError):
 
 
 def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: int, min_repeat_ms: int,
-        args: list[Any] | None = None) -> Timing:
+        args: list[Any] | None = None, algorithm: str = "direct") -> Timing:
     """Run once on the reference's inputs and check the output, then time with `repeat` repeats of >=
     `min_repeat_ms` each: on a local CUDA GPU from a CUDA graph (graphs.py), elsewhere (or where the
     graph fails, the reason kept in `Timing.method`) call by call with TVM's `time_evaluator`.
@@ -49,14 +49,15 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
     `mod` is a runtime module with the kernel as "main": a fresh build's `.mod` or an exported
     library loaded with `tvm.runtime.load_module`.  The reference is computed beforehand, so that the
     device lock is held for device work only.  `args`: the reference's inputs already on `dev` (an RPC
-    server keeps them), else they are copied there now.
+    server keeps them), else they are copied there now.  `algorithm`: how the kernel computes, which
+    sets how closely its output must match (`verify.Reference.tolerance_of`).
     """
     wl = reference.wl
     args = args or [tvm.runtime.tensor(x, dev) for x in reference.inputs]
     out = tvm.runtime.tensor(np.full(wl.output_shape, _unwritten(wl.out_dtype), dtype=wl.out_dtype), dev)
     mod["main"](*args, out)
     dev.sync()
-    problem = reference.check(out.numpy())
+    problem = reference.check(out.numpy(), algorithm)
     if problem:
         raise WrongResult(problem)
     # TVM's timer finds how many calls fill `min_repeat_ms` by growing its count within the first repeat,

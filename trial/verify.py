@@ -3,22 +3,27 @@
 The reference shares nothing with the templates (no TVM): it indexes the stored inputs directly,
 so a schedule that reads the wrong tile, drops a reduction step or races is caught.  Inputs are
 drawn in float32 and rounded to the workload's type, and the reference multiplies those rounded
-values, so the only errors left to tolerate are the kernel's accumulation (`tolerance_scale`) and
-the rounding of its sum to a narrower output type (float16: half a unit in the last place).
+values, so the only errors left to tolerate are the kernel's accumulation (`tolerance_scale`), the
+rounding of its sum to a narrower output type (float16: half a unit in the last place) and, for a kernel
+that computes by transforms (Winograd), their rounding (`Reference.tolerance_of`).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import winograd
 from .workload import Workload
 
 FULL_CHECK_LIMIT = 1 << 16  # outputs up to this size are checked in full
 SAMPLES = 4096
 RTOL = 1e-4  # relative to sum |a * b| over the reduction: float32 accumulation stays far below
 INT32_MAX = 2**31 - 1
+ALGORITHMS = ("direct", "winograd")
+"""How a kernel may compute its result; each rounds differently (`Reference.tolerance_of`)."""
+BOUND_CHUNK = 256  # sampled outputs whose Winograd windows are gathered at a time
 SMALLEST_E4M3 = 2.0**-6
 """Inputs in float8 e4m3 keep clear of zero and subnormals, which TVM 0.27's CPU code decodes wrongly
 (zero reads as 2^-9): the CPU kernels that CI verifies then see the values the reference sees."""
@@ -100,15 +105,45 @@ def _products(wl: Workload, inputs: list[np.ndarray], idx: tuple[np.ndarray, ...
     return rows.astype(np.float64) * cols.astype(np.float64)
 
 
+def winograd_bound(wl: Workload, inputs: list[np.ndarray], idx: tuple[np.ndarray, ...]) -> np.ndarray:
+    """For each sampled output of a stride-1 convolution, what a Winograd F(m, r) kernel's rounding scales
+    with: sum over channels of |A^T| [(|G| |w| |G^T|) * (|B^T| |d| |B|)] |A| at the output's place in its
+    tile (trial/winograd.py), every product of the transforms taken in magnitude.  Direct convolution's
+    sum |a * b| is this with identity transforms."""
+    data, weight = inputs
+    d, r = wl.dims, wl.dims["K"]
+    m = winograd.tile(r)
+    a_t, b_t, g = (np.abs(x) for x in winograd.matrices(m, r))
+    alpha = m + r - 1
+    filters = np.einsum("ei,fcij,hj->fceh", g, np.abs(weight).astype(np.float64), g)  # (F, C, a, a)
+    n, f, y, x = idx
+    out = np.empty(len(n))
+    for part in np.array_split(np.arange(len(n)), max(1, len(n) // BOUND_CHUNK)):
+        rows = (y[part] // m * m)[:, None] + np.arange(alpha) - d["PD"]  # (S, a) of the input
+        cols = (x[part] // m * m)[:, None] + np.arange(alpha) - d["PD"]
+        inside = ((rows >= 0) & (rows < d["HW"]))[:, :, None] & ((cols >= 0) & (cols < d["HW"]))[:, None, :]
+        window = np.abs(data[n[part, None, None, None], np.arange(d["C"])[None, :, None, None],
+                             np.clip(rows, 0, d["HW"] - 1)[:, None, :, None],
+                             np.clip(cols, 0, d["HW"] - 1)[:, None, None, :]]).astype(np.float64)
+        tiles = np.einsum("ea,scab,hb->sceh", b_t, window * inside[:, None], b_t)
+        summed = np.einsum("sceh,sceh->seh", tiles, filters[f[part]])
+        out[part] = np.einsum("se,seh,sh->s", a_t[y[part] % m], summed, a_t[x[part] % m])
+    return out
+
+
 @dataclass
 class Reference:
-    """Seeded inputs and the float64 reference of the sampled outputs, computed before a kernel runs."""
+    """Seeded inputs and the float64 reference of the sampled outputs, computed before a kernel runs.
+
+    `tolerance` is a direct computation's; a kernel of another algorithm (`ALGORITHMS`) is checked against
+    that algorithm's, derived from its arithmetic the first time one is checked."""
 
     wl: Workload
     inputs: list[np.ndarray]
     idx: tuple[np.ndarray, ...]
     expected: np.ndarray
     tolerance: np.ndarray
+    _tolerances: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, wl: Workload, seed: int = 0) -> Reference:
@@ -119,10 +154,26 @@ class Reference:
         rounded = wl.element.out_roundoff * (np.abs(expected) + accumulated)  # the sum rounded to float16
         return cls(wl, inputs, idx, expected, accumulated + rounded + 1e-6)
 
-    def check(self, output: np.ndarray) -> str | None:
-        """None if `output` matches the reference on the checked elements, else what is wrong."""
+    def tolerance_of(self, algorithm: str) -> np.ndarray:
+        """The error allowed at each checked output for a kernel computing by `algorithm`.
+
+        winograd (float32 transforms, trial/templates/conv2d_winograd.py): the rounding of every sum a
+        result passes through (`winograd.transform_error_scale`) times `winograd_bound`."""
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
+        if algorithm == "direct":
+            return self.tolerance
+        if algorithm not in self._tolerances:
+            d = self.wl.dims
+            scale = winograd.transform_error_scale(winograd.tile(d["K"]), d["K"], d["C"])
+            self._tolerances[algorithm] = scale * winograd_bound(self.wl, self.inputs, self.idx) + 1e-6
+        return self._tolerances[algorithm]
+
+    def check(self, output: np.ndarray, algorithm: str = "direct") -> str | None:
+        """None if `output` matches the reference on the checked elements (within the tolerance of a kernel
+        computing by `algorithm`), else what is wrong."""
         got = output[self.idx].astype(np.float64)
-        bad = ~(np.abs(got - self.expected) <= self.tolerance)  # NaN counts as bad
+        bad = ~(np.abs(got - self.expected) <= self.tolerance_of(algorithm))  # NaN counts as bad
         if not bad.any():
             return None
         first = int(np.argmax(bad))

@@ -31,6 +31,7 @@ without proposing them again, is thread-safe, and pairs results by parameter id 
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from .base import SpaceTuner
@@ -126,13 +127,18 @@ class OpEvoTuner(SpaceTuner):
         return self._surrogate.fitted
 
     def _breed(self, parents: list[Config], weights: list[float]) -> Config:
-        """Each parameter comes from a parent drawn by `weights`, then takes a q-random walk."""
+        """Each parameter comes from a parent drawn by `weights`, then takes a q-random walk; one that is inert
+        in the child (its kernel family not chosen, searchspace/condition.py) is inherited unchanged, so that
+        no mutation is spent where it cannot change the kernel."""
         assert self.space is not None
-        child = {}
-        for name, param in self.space.params.items():
+        child: Config = {}
+        conditional = self.space.conditions
+        for name in sorted(self.space.names, key=lambda n: n in conditional):  # the deciding choices first
             parent = self.rng.choices(parents, weights)[0]
-            child[name] = param.mutate(parent[name], self.rng, q=1.0 - self.mutate_rate)
-        return child
+            active = name not in conditional or self.space.active(name, child)
+            child[name] = (self.space[name].mutate(parent[name], self.rng, q=1.0 - self.mutate_rate) if active
+                           else copy.deepcopy(parent[name]))
+        return {name: child[name] for name in self.space.names}
 
     def _weights(self, values: list[float]) -> list[float]:
         """Selection weights of the parents (`values`, best first): by rank, or proportional to fitness.

@@ -32,8 +32,8 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
     """Build `params` (None: the hand-picked config; a twin proposal as `check.decode` reads it) into a library
     at `path`, with its source beside it if `sources` (kernel.cu, or kernel.ll and kernel.s on the CPU).
 
-    Returns {"status": "built", "params", "build_s"} or {"status": "invalid" | "compile_error", "reason",
-    "params"}.  `sys_path` is the requesting process's, so a template of its own (`--template`) imports.
+    Returns {"status": "built", "params", "build_s", "algorithm"} (how the kernel computes, which its
+    verification needs: trial/verify.py) or {"status": "invalid" | "compile_error", "reason", "params"}.  `sys_path` is the requesting process's, so a template of its own (`--template`) imports.
     """
     sys.path.extend(p for p in sys_path if p not in sys.path)
     wl = parse(op, spec)
@@ -54,4 +54,5 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
     if sources:
         for name, text in _sources(lib, tgt.is_gpu).items():
             (Path(path).parent / name).write_text(text)
-    return {"status": "built", "params": params, "build_s": built}
+    how = getattr(template, "algorithm", None)
+    return {"status": "built", "params": params, "build_s": built, "algorithm": how(wl, params) if how else "direct"}

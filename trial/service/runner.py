@@ -81,9 +81,9 @@ def _loaded(path: str, tgt: Target, index: int, runner: str, key: tuple[str, int
 
 
 def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repeat_ms: int,
-                target: dict[str, Any], index: int, runner: str = LOCAL) -> dict[str, Any]:
-    """Verify and time the library at `path` on device `index` (through `runner`): a measurement's
-    status and figures.
+                target: dict[str, Any], index: int, runner: str = LOCAL, algorithm: str = "direct") -> dict[str, Any]:
+    """Verify (as a kernel computing by `algorithm`, verify.ALGORITHMS) and time the library at `path` on
+    device `index` (through `runner`): a measurement's status and figures.
 
     Reports "held" once the device's lock is held (an RPC server serves one session at a time: there
     the session is the lock); {"replace": True} asks for a fresh runner.
@@ -95,7 +95,7 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
         report("held", index)
         try:
             with _loaded(path, tgt, index, runner, (f"{op}/{spec}", seed), reference) as (mod, dev, args):
-                timing = run.run(mod, dev, reference, repeat, min_repeat_ms, args)
+                timing = run.run(mod, dev, reference, repeat, min_repeat_ms, args, algorithm)
         except run.WrongResult as err:
             return {"status": Status.WRONG_RESULT, "reason": str(err)}
         except Exception as err:  # a launch failure, a CUDA error, a lost server: the context may be lost

@@ -65,6 +65,7 @@ class Service:
         def gone() -> bool:  # the trial sends nothing more: readable means it has hung up
             return conn.poll(0)
 
+        algorithm = "direct"  # how a library built elsewhere (MetaSchedule's) computes
         try:
             if not m.get("library"):
                 with self.builders.worker() as builder:
@@ -72,12 +73,13 @@ class Service:
                     built = self._build(builder, m, target, path, gone)
                 if built is None:
                     return None
+                algorithm = built.pop("algorithm", algorithm)
                 out.update(built)
                 if built["status"] != "built":
                     return out
             marks["built"] = time.time()
             with self.devices.runner(target, options["runner"]) as runner:
-                ran = None if gone() else self._run(runner, m, target, path, marks, gone)
+                ran = None if gone() else self._run(runner, m, target, path, algorithm, marks, gone)
             if ran is None:
                 return None
             out.update(ran, device_index=runner.index)
@@ -105,8 +107,8 @@ class Service:
             return {"status": Status.COMPILE_ERROR, "reason": str(err)}
 
     @staticmethod
-    def _run(runner: Runner, m: dict[str, Any], target: Target, path: Path, marks: dict[str, float],
-             gone: Callable[[], bool]) -> dict[str, Any] | None:
+    def _run(runner: Runner, m: dict[str, Any], target: Target, path: Path, algorithm: str,
+             marks: dict[str, float], gone: Callable[[], bool]) -> dict[str, Any] | None:
         options = m["options"]
         limit = options["run_timeout_s"]
 
@@ -117,7 +119,7 @@ class Service:
         try:
             result = runner.worker.call("trial.service.runner:run_library", str(path), m["op"], m["spec"], options["seed"],
                                         options["repeat"], options["min_repeat_ms"], target.describe(),
-                                        runner.index, runner.where, progress=progress, cancelled=gone)
+                                        runner.index, runner.where, algorithm, progress=progress, cancelled=gone)
         except CallCancelled:
             return None
         except WorkerTimeout:

@@ -14,6 +14,8 @@ and may provide
   rules(wl) -> list[Rule]               its own rules beyond the device's limits
   applies(wl, target) -> bool           whether it serves `wl` on `target` (device-specific ones)
   compile_kernel(mod, target)           its own compilation, instead of trial/build.py's pipeline
+  algorithm(wl, params) -> str          how the kernel computes where that changes its rounding
+                                        (trial/verify.py: ALGORITHMS; "direct" where absent)
 Templates import TVM only inside prim_func and schedule, so knob checks stay cheap.
 """
 from __future__ import annotations

@@ -1,6 +1,10 @@
-"""Direct NCHW conv2d: out[n, f, y, x] = sum_{rc, ry, rx} pad(data)[n, rc, y*S + ry, x*S + rx] * w[f, rc, ry, rx].
+"""Conv2d, NCHW: out[n, f, y, x] = sum_{rc, ry, rx} pad(data)[n, rc, y*S + ry, x*S + rx] * w[f, rc, ry, rx].
 
-Knobs (those of the original OpEvo study, plus `pipeline`):
+Two algorithms, chosen by the knob `algorithm` where both apply (stride 1, 3x3 and 5x5 kernels):
+`direct` (below) and `winograd` (conv2d_winograd.py, its knobs `wino_*`); each family's knobs matter only
+under its own choice (`_when`, searchspace/condition.py).  Elsewhere the space is the direct one alone.
+
+Direct convolution's knobs (those of the original OpEvo study, plus `pipeline`):
   tile_f, tile_y, tile_x     factor [F | OH | OW, 4]  output filters / rows / columns: block,
                              virtual thread, thread, inner
   tile_rc, tile_ry, tile_rx  factor [C | K | K, 2]    reduction over channels / kernel rows /
@@ -27,6 +31,7 @@ import numpy as np
 
 from ..constraints import Rule
 from ..workload import Workload
+from . import conv2d_winograd as winograd
 from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
                      pipeline_buffers, shared_scope, unroll)
 
@@ -36,9 +41,52 @@ if TYPE_CHECKING:
     from ..target import Target
 
 UNROLL_STEPS = [0, 125, 256]
+ALGORITHMS = ["direct", "winograd"]
+
+
+def algorithm(wl: Workload, p: dict[str, Any]) -> str:
+    """How the kernel of `p` computes: "direct" or "winograd" (its rounding differs: trial/verify.py)."""
+    return p.get("algorithm", "direct")
 
 
 def search_space(wl: Workload) -> dict[str, Any]:
+    direct = _direct_space(wl)
+    if not winograd.applies(wl):
+        return direct
+    return {"algorithm": {"_type": "choice", "_value": ALGORITHMS},
+            **{name: {**knob, "_when": {"algorithm": ["direct"]}} for name, knob in direct.items()},
+            **{name: {**knob, "_when": {"algorithm": ["winograd"]}} for name, knob in winograd.search_space(wl).items()}}
+
+
+def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
+    """The hand-picked configs of both algorithms; on GPUs Winograd where it applies."""
+    direct = _direct_defaults(wl, gpu)
+    if not winograd.applies(wl):
+        return direct
+    return {"algorithm": "winograd" if gpu else "direct", **direct, **winograd.default_params(wl, gpu)}
+
+
+def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
+    return winograd.resources(wl, p) if algorithm(wl, p) == "winograd" else _direct_resources(wl, p)
+
+
+def rules(wl: Workload) -> list[Rule]:
+    """Each algorithm's rules, which hold where that algorithm is chosen."""
+    def only(name: str, rule: Rule) -> Rule:
+        return Rule(lambda r, c: rule.use(r, c) if algorithm(wl, c) == name else 0.0, rule.limit, rule.message,
+                    grows=False)
+
+    return [*(only("direct", r) for r in _direct_rules(wl)),
+            *((only("winograd", r) for r in winograd.rules(wl)) if winograd.applies(wl) else ())]
+
+
+def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
+    if algorithm(wl, p) == "winograd":
+        return winograd.schedule(wl, p, target)
+    return _direct_schedule(wl, p, target)
+
+
+def _direct_space(wl: Workload) -> dict[str, Any]:
     d, out = wl.dims, wl.out_hw
     return {"tile_f": factor_knob(d["F"], 4), "tile_y": factor_knob(out, 4),
             "tile_x": factor_knob(out, 4), "tile_rc": factor_knob(d["C"], 2),
@@ -48,7 +96,7 @@ def search_space(wl: Workload) -> dict[str, Any]:
             "pipeline": {"_type": "discrete", "_value": PIPELINE_DEPTHS}}
 
 
-def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
+def _direct_defaults(wl: Workload, gpu: bool) -> dict[str, Any]:
     """A hand-picked config: about 256 threads of 2x2 filters each on GPUs, 8-wide rows on CPUs."""
     d, out = wl.dims, wl.out_hw
     if gpu:
@@ -85,7 +133,7 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
     return te.create_prim_func([data, weight, out])
 
 
-def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
+def _direct_resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread."""
     f, y, x = p["tile_f"], p["tile_y"], p["tile_x"]
     rc, ry, rx = p["tile_rc"][1], p["tile_ry"][1], p["tile_rx"][1]
@@ -99,7 +147,7 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
             "registers_per_thread": accumulators + 16, "async_copy": p["pipeline"] >= 2}
 
 
-def rules(wl: Workload) -> list[Rule]:
+def _direct_rules(wl: Workload) -> list[Rule]:
     """Three or four cp.async buffers wait for a count of copies that falls as the pipeline drains; with the
     auto-unroll left to the compiler (`unroll_explicit` 0) that count stays a loop variable, and TVM's CUDA
     code generation needs a constant there (it fails the build)."""
@@ -112,7 +160,7 @@ def rules(wl: Workload) -> list[Rule]:
                                       f"TVM's CUDA code generation needs the drained pipeline's wait counts unrolled")]
 
 
-def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
+def _direct_schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     from tvm import s_tir
 
     gpu = target.is_gpu
@@ -139,7 +187,7 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
             sch.bind(loop, axis)
         threads = [("threadIdx.z", p["tile_f"][2]), ("threadIdx.y", p["tile_y"][2]),
                    ("threadIdx.x", p["tile_x"][2])]
-        scope = shared_scope(target, resources(wl, p)["shared_bytes"])
+        scope = shared_scope(target, _direct_resources(wl, p)["shared_bytes"])
         for index in (0, 1):
             shared = sch.cache_read(conv, index, scope)
             sch.compute_at(shared, r0)

@@ -37,6 +37,7 @@ from .common import (PIPELINE_DEPTHS, SUM_THREADS, cooperative_fetch, factor_kno
 if TYPE_CHECKING:
     import tvm
     from tvm import s_tir
+    from tvm.s_tir.schedule import SBlockRV
 
     from ..target import Target
 
@@ -124,9 +125,16 @@ def rules(wl: Workload) -> list[Rule]:
 def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     from tvm import s_tir
 
-    gpu = target.is_gpu
     sch = s_tir.Schedule(prim_func(wl))
-    C = sch.get_sblock("C")
+    schedule_product(sch, sch.get_sblock("C"), wl, p, target)
+    return sch.mod
+
+
+def schedule_product(sch: s_tir.Schedule, C: SBlockRV, wl: Workload, p: dict[str, Any], target: Target) -> None:
+    """Schedule block `C` of `sch`, a product of `wl`'s shape (loops [batch,] rows, columns, reduction; it
+    reads A, then B), with knobs `p`: this template's kernel, and the batched product of another's
+    (conv2d_winograd.py)."""
+    gpu = target.is_gpu
     batch = wl.op == "bmm"
     *b, i, j, k = sch.get_loops(C)
     outer, inner = ([loop] for loop in sch.split(b[0], p["B"])) if batch else ([], [])
@@ -158,7 +166,6 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
             sch.vectorize(j3)
             sch.vectorize(sch.get_loops(CL)[-1])
     sch.decompose_reduction(main, k0 if split else ks)
-    return sch.mod
 
 
 def _sum_partials(sch: s_tir.Schedule, C, batch: bool, gpu: bool) -> None:
