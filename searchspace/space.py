@@ -211,7 +211,7 @@ class SearchSpace:
         return tuple(p.key(config[name] if self.active(name, config) else p.least) for name, p in self._params.items())
 
     def neighbours(self, config: Config) -> list[Config]:
-        """The configurations that differ from `config` in one parameter by one move."""
+        """The configurations that differ from `config` in one active parameter by one move."""
         self.validate(config)
         base, out = copy.deepcopy(config), []  # the neighbours share their unchanged values with one another
         for name, p in self._params.items():

@@ -16,6 +16,17 @@ MIXED = {
 }
 
 
+def reachable(start, neighbours, key) -> set:
+    """The keys of everything a breadth-first walk over `neighbours` reaches from `start`."""
+    seen, frontier = {key(start)}, [start]
+    while frontier:
+        for option in neighbours(frontier.pop()):
+            if key(option) not in seen:
+                seen.add(key(option))
+                frontier.append(option)
+    return seen
+
+
 factor_specs = st.tuples(st.integers(1, 3000), st.integers(1, 4))
 choice_specs = st.lists(st.one_of(st.integers(-5, 5), st.text(max_size=3), st.booleans(), st.none(),
                                   st.lists(st.integers(0, 3), max_size=2)),

@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from space_strategies import reachable
+
 from searchspace import ConstrainedSpace, SearchSpace, SpaceError, from_twin, twin_space
 
 FAMILIES = {
@@ -66,14 +68,7 @@ def test_a_switch_of_family_keeps_that_familys_values(space):
 
 def test_walks_reach_every_kernel(space):
     """The neighbour graph over kernels stays connected with inert moves left out."""
-    start = space.least()
-    seen, frontier = {space.key(start)}, [start]
-    while frontier:
-        for c in space.neighbours(frontier.pop()):
-            if space.key(c) not in seen:
-                seen.add(space.key(c))
-                frontier.append(c)
-    assert len(seen) == space.size
+    assert len(reachable(space.least(), space.neighbours, space.key)) == space.size
 
 
 def test_least_of_a_conditional_parameter_makes_it_active(space):

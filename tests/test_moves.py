@@ -7,7 +7,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from space_strategies import MIXED, params
+from space_strategies import MIXED, params, reachable
 
 from searchspace import Choice, Discrete, Factor, Perm, SearchSpace
 
@@ -32,15 +32,7 @@ def test_neighbours_are_valid_distinct_and_symmetric(param, seed: int) -> None:
 def test_neighbour_graph_is_connected(param, seed: int) -> None:
     if param.size > 2000:
         return
-    start = param.sample(random.Random(seed))
-    seen = {param.key(start)}
-    frontier = [start]
-    while frontier:
-        for option in param.neighbours(frontier.pop()):
-            if param.key(option) not in seen:
-                seen.add(param.key(option))
-                frontier.append(option)
-    assert len(seen) == param.size
+    assert len(reachable(param.sample(random.Random(seed)), param.neighbours, param.key)) == param.size
 
 
 def test_neighbour_moves_per_type() -> None:

@@ -33,7 +33,8 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
     at `path`, with its source beside it if `sources` (kernel.cu, or kernel.ll and kernel.s on the CPU).
 
     Returns {"status": "built", "params", "build_s", "algorithm"} (how the kernel computes, which its
-    verification needs: trial/verify.py) or {"status": "invalid" | "compile_error", "reason", "params"}.  `sys_path` is the requesting process's, so a template of its own (`--template`) imports.
+    verification needs: trial/verify.py) or {"status": "invalid" | "compile_error", "reason", "params"}.
+    `sys_path` is the requesting process's, so a template of its own (`--template`) imports.
     """
     sys.path.extend(p for p in sys_path if p not in sys.path)
     wl = parse(op, spec)

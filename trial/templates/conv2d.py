@@ -53,9 +53,12 @@ def search_space(wl: Workload) -> dict[str, Any]:
     direct = _direct_space(wl)
     if not winograd.applies(wl):
         return direct
-    return {"algorithm": {"_type": "choice", "_value": ALGORITHMS},
-            **{name: {**knob, "_when": {"algorithm": ["direct"]}} for name, knob in direct.items()},
-            **{name: {**knob, "_when": {"algorithm": ["winograd"]}} for name, knob in winograd.search_space(wl).items()}}
+
+    def under(name: str, knobs: dict[str, Any]) -> dict[str, Any]:
+        return {knob: {**spec, "_when": {"algorithm": [name]}} for knob, spec in knobs.items()}
+
+    return {"algorithm": {"_type": "choice", "_value": ALGORITHMS}, **under("direct", direct),
+            **under("winograd", winograd.search_space(wl))}
 
 
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:

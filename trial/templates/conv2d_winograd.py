@@ -4,10 +4,11 @@ each its own kernel on GPUs, with a = r + 3 and the m x m output tiles p = (imag
   input transform   V[e, c, p] = (B^T d[c, p] B)[e]                      d: the a x a window of tile p
   batched product   M[e, f, p] = sum_c U[e, f, c] V[e, c, p]             matmul's schedule, `wino_*` knobs
   output transform  out[n, f, y, x] = (A^T M[:, f, p] A)[y mod 4, x mod 4]
-The product does (a / 4)^2 / r^2 of a direct convolution's multiplications (0.39x for 3x3, 0.16x for 5x5);
+The product does (a / 4)^2 / r^2 of a direct convolution's multiplications (0.25x for 3x3, 0.16x for 5x5);
 the transforms are cheap in arithmetic but move the a^2 (C + F) x tiles floats of V and M through global
 memory.  The filter transform runs on every call, as a library called with plain weights would.  The
-tiles are padded to a multiple of `TILE_ALIGN` (zeros), so the product's factor knobs have a fixed length.
+tile count is padded to a multiple of `TILE_ALIGN`, so that the product's factor knobs have many splits
+(the extra tiles transform windows of the last image, and their columns of M are never read).
 
 Knobs (conv2d.py offers them under its `algorithm` choice), matmul's over the product's batch e, filters f,
 tiles p and channels c:
