@@ -78,7 +78,7 @@ def test_tolerance_is_derived_from_the_transforms_and_catches_a_wrong_one():
     ref = verify.Reference.of(wl, seed=4)
     tolerance = ref.tolerance_of("winograd")
     assert np.all(tolerance > ref.tolerance_of("direct"))
-    a_t, b_t, g = winograd.matrices(winograd.tile(5), 5)
+    a_t, b_t, g = winograd.matrices(winograd.TILE[5], 5)
     exact = numpy_winograd(wl, ref.inputs, a_t, b_t, g)
     assert ref.check(exact, "winograd") is None
     rounded = numpy_winograd(wl, [x.astype(np.float32) for x in ref.inputs],

@@ -112,7 +112,7 @@ def winograd_bound(wl: Workload, inputs: list[np.ndarray], idx: tuple[np.ndarray
     sum |a * b| is this with identity transforms."""
     data, weight = inputs
     d, r = wl.dims, wl.dims["K"]
-    m = winograd.tile(r)
+    m = winograd.TILE[r]
     a_t, b_t, g = (np.abs(x) for x in winograd.matrices(m, r))
     alpha = m + r - 1
     filters = np.einsum("ei,fcij,hj->fceh", g, np.abs(weight).astype(np.float64), g)  # (F, C, a, a)
@@ -165,7 +165,7 @@ class Reference:
             return self.tolerance
         if algorithm not in self._tolerances:
             d = self.wl.dims
-            scale = winograd.transform_error_scale(winograd.tile(d["K"]), d["K"], d["C"])
+            scale = winograd.transform_error_scale(winograd.TILE[d["K"]], d["K"], d["C"])
             self._tolerances[algorithm] = scale * winograd_bound(self.wl, self.inputs, self.idx) + 1e-6
         return self._tolerances[algorithm]
 

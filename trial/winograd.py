@@ -18,12 +18,8 @@ import numpy as np
 POINTS = (Fraction(0), Fraction(-1), Fraction(1), Fraction(1, 2), Fraction(-2), Fraction(-1, 2), Fraction(2))
 """Finite interpolation points, taken in this order: F(m, r) uses the first m + r - 2, plus infinity."""
 TILE = {3: 4, 5: 4}
-"""The output tile m for each kernel size r: F(4x4, 3x3) and F(4x4, 5x5), 6x6 and 8x8 transforms."""
-
-
-def tile(kernel: int) -> int:
-    """The output tile m of an r x r kernel (r = `kernel`); KeyError where Winograd is not offered."""
-    return TILE[kernel]
+"""The output tile m for each kernel size r where Winograd is offered: F(4x4, 3x3) and F(4x4, 5x5), 6x6
+and 8x8 transforms."""
 
 
 def _inverse(rows: list[list[Fraction]]) -> list[list[Fraction]]:

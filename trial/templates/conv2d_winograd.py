@@ -61,7 +61,7 @@ def applies(wl: Workload) -> bool:
 def shape(wl: Workload) -> dict[str, int]:
     """m, r, a and the tile grid: `side` tiles per image side, `tiles` (padded) in all."""
     r = wl.dims["K"]
-    m = winograd.tile(r)
+    m = winograd.TILE[r]
     side = -(-wl.out_hw // m)
     return {"m": m, "r": r, "a": m + r - 1, "side": side,
             "tiles": -(-wl.dims["N"] * side * side // TILE_ALIGN) * TILE_ALIGN}
@@ -152,8 +152,9 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
     U = te.compute((a * a, d["F"], d["C"]), lambda e, f, c: te.sum(
         _entry(g, e // a, r1) * weight[f, c, r1, r2] * _entry(g, e % a, r2), axis=[r1, r2]), name="filter_transform")
 
-    def window(c, p, i, j):  # tiles beyond the last (the padding of the count) read the last image: their
-        n, t = tvm.te.min(p // (side * side), d["N"] - 1), p % (side * side)  # columns of M are never read
+    def window(c, p, i, j):
+        """Tile p's window; the tiles that pad the count read the last image's (their M is never read)."""
+        n, t = tvm.te.min(p // (side * side), d["N"] - 1), p % (side * side)
         return padded[n, c, t // side * m + i, t % side * m + j]
 
     b = te.reduce_axis((0, a), "b")
@@ -181,9 +182,9 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     from tvm import s_tir
 
     sch = s_tir.Schedule(prim_func(wl))
-    matmul.schedule_product(sch, sch.get_sblock("C"), product(wl), product_params(p), target)
-    if target.is_gpu and p["wino_p"][3] in STORE_WIDTHS:  # M, written once and read once, in vector stores:
-        sch.vectorize(sch.get_loops(sch.get_sblock("C_local"))[-1])  # a thread's wino_p[3] adjacent tiles
+    written = matmul.schedule_product(sch, sch.get_sblock("C"), product(wl), product_params(p), target)
+    if target.is_gpu and p["wino_p"][3] in STORE_WIDTHS:  # M, written once and read once, in vector stores
+        sch.vectorize(sch.get_loops(written)[-1])  # of a thread's wino_p[3] adjacent tiles
     _filter_transform(sch, target)
     _input_transform(sch, target)
     _output_transform(sch, target, shape(wl)["m"])

@@ -130,10 +130,11 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     return sch.mod
 
 
-def schedule_product(sch: s_tir.Schedule, C: SBlockRV, wl: Workload, p: dict[str, Any], target: Target) -> None:
+def schedule_product(sch: s_tir.Schedule, C: SBlockRV, wl: Workload, p: dict[str, Any],
+                     target: Target) -> SBlockRV:
     """Schedule block `C` of `sch`, a product of `wl`'s shape (loops [batch,] rows, columns, reduction; it
     reads A, then B), with knobs `p`: this template's kernel, and the batched product of another's
-    (conv2d_winograd.py)."""
+    (conv2d_winograd.py).  Returns the block that writes a thread's sums back from its registers."""
     gpu = target.is_gpu
     batch = wl.op == "bmm"
     *b, i, j, k = sch.get_loops(C)
@@ -166,6 +167,7 @@ def schedule_product(sch: s_tir.Schedule, C: SBlockRV, wl: Workload, p: dict[str
             sch.vectorize(j3)
             sch.vectorize(sch.get_loops(CL)[-1])
     sch.decompose_reduction(main, k0 if split else ks)
+    return CL
 
 
 def _sum_partials(sch: s_tir.Schedule, C, batch: bool, gpu: bool) -> None:
