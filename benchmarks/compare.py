@@ -68,8 +68,10 @@ def plan(items: list[str], seeds: int) -> list[tuple[str, int]]:
         name, count = item, None
         if re.search(r":[^\]]*$", item):  # a colon after any classArgs
             name, _, count = item.rpartition(":")
-        if name != "metaschedule":
-            driver.make_tuner(name, 0)  # its classArgs checked now, not when its run starts
+        if metaschedule.is_label(name):  # its arguments checked now, not when its run starts
+            metaschedule.strategy(name)
+        else:
+            driver.make_tuner(name, 0)
         if count is not None and (not count.isdigit() or int(count) < 1):
             raise ValueError(f"bad seed count in {item!r}: expected name:N with N >= 1")
         out += [(name, seed) for seed in range(int(count) if count else seeds)]
@@ -105,7 +107,7 @@ def nnictl_overhead(wl: Workload, runs: list[driver.Run], trials: int, workers: 
     folder = write_folder(wl, Path(tempfile.mkdtemp(prefix="opevo-compare-nnictl-")), trials, workers)
     lines = ["| tuner | driver trials/s | nnictl trials/s | driver wall s | nnictl wall s | NNI overhead s/trial |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for tuner in dict.fromkeys(r.tuner for r in runs if r.tuner != "metaschedule"):
+    for tuner in dict.fromkeys(r.tuner for r in runs if not metaschedule.is_label(r.tuner)):
         mine = [r for r in runs if r.tuner == tuner]
         driven, count = float(np.median([r.wall_s for r in mine])), int(np.median([len(r.trials) for r in mine]))
         done = nnictl_experiment(folder, tuner, port, poll_s=2)
@@ -165,8 +167,9 @@ def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Pa
         broken run does not take the others' tables with it."""
         tuner, seed = job
         try:
-            if tuner == "metaschedule":
-                done = metaschedule.run(wl, trials, seed, out / f"metaschedule-s{seed}", options, progress)
+            if metaschedule.is_label(tuner):
+                folder = out / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', tuner).strip('_')}-s{seed}"
+                done = metaschedule.run(wl, trials, seed, folder, options, progress, tuner)
             else:
                 done = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
         except Exception as err:  # noqa: BLE001 - any error of one run; the traceback goes to the log
@@ -190,7 +193,7 @@ def compare(wl: Workload, runs_plan: list[tuple[str, int]], trials: int, out: Pa
     convergence({s["tuner"]: [r.curve for r in runs if r.tuner == s["tuner"]] for s in summary},
                 out / "convergence.png", title,
                 (baseline['library'], baseline["gflops"]) if baseline else None,
-                {"metaschedule": [best(r) for r in runs if r.tuner == "metaschedule" and r.final]})
+                {s["tuner"]: [best(r) for r in runs if r.tuner == s["tuner"] and r.final] for s in summary})
     (out / "runs.json").write_text(json.dumps({"workload": wl.key, "trials": trials, "workers": workers,
                                                "parallel": parallel, "failed_runs": failed,
                                                "options": asdict(options), "vendor": baseline, "summary": summary,
@@ -218,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("workload", help="op/spec, e.g. mm/N512K1024M1024")
     p.add_argument("--tuners", nargs="+", default=["opevo", "gbfs", "na2c", "random", "tpe", "metaschedule"],
                    help=f"of {', '.join(TUNERS)}; name:N runs N seeds of that tuner; name[arg=value,...] "
-                        "replaces classArgs of the experiments' (a variant, reported under that label)")
+                        "replaces classArgs of the experiments' (a variant, reported under that label; for "
+                        "metaschedule, arguments of its evolutionary search)")
     p.add_argument("--trials", type=number_type(int, 1, 100_000), default=128, help="measured trials per run (default 128)")
     p.add_argument("--seeds", type=number_type(int, 1, 1000), default=1, help="seeds per tuner unless name:N says (default 1)")
     p.add_argument("--workers", type=number_type(int, 1, 1024), default=registry.CONCURRENCY,
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         runs_plan = plan(args.tuners, args.seeds)
     except (SpecError, ValueError) as err:
         p.error(str(err))
-    if args.runner != LOCAL and (any(t == "metaschedule" for t, _ in runs_plan) or args.nnictl):
+    if args.runner != LOCAL and (any(metaschedule.is_label(t) for t, _ in runs_plan) or args.nnictl):
         p.error("--runner rpc://... measures the suite's and NNI's tuners through the driver; MetaSchedule and "
                 "--nnictl run on this machine's device (leave them out, or use the local runner)")
     logging.getLogger("nni").setLevel(logging.WARNING)

@@ -85,12 +85,12 @@ TUNERS = (*registry.TUNERS, *registry.BUILTIN_TUNERS)
 _VARIANT = re.compile(r"(?P<name>[a-z0-9_]+)(?:\[(?P<args>[^\[\]]*)\])?")
 
 
-def variant(label: str) -> tuple[str, dict[str, Any]]:
-    """The tuner and the classArgs that replace the experiments' in a label such as
+def variant(label: str, known: tuple[str, ...] = TUNERS) -> tuple[str, dict[str, Any]]:
+    """The tuner (one of `known`) and the classArgs that replace the experiments' in a label such as
     `opevo[mutate_rate=0.3,parents_size=4]` (values are JSON, or else strings); ValueError if malformed."""
     found = _VARIANT.fullmatch(label)
-    if not found or found["name"] not in TUNERS:
-        raise ValueError(f"unknown tuner {label!r}: expected one of {', '.join(TUNERS)}, optionally with "
+    if not found or found["name"] not in known:
+        raise ValueError(f"unknown tuner {label!r}: expected one of {', '.join(known)}, optionally with "
                          "classArgs, e.g. opevo[mutate_rate=0.3]")
     overrides = {}
     for item in filter(None, (found["args"] or "").split(",")):

@@ -2,12 +2,14 @@
 
 `run` tunes the template's unscheduled TensorIR (`prim_func(wl)`) with `tune_tir` and its defaults
 (evolutionary search, XGBoost cost model, the target's default schedule rules; its tensor-core rules for
-float16, int8 and float8 on CUDA), given the budget as
-`max_trials_global`.  Its candidates are measured the way MetaSchedule measures them (its own builder
-and runner), but with the suite's repeat settings and under the suite's device lock, and each one is
-reported as a trial.  Its best schedule is then compiled into a library, which the suite verifies
-and times like any trial's (`trial.measure.measure_library`: the device's runner in the measuring
-service): that is the figure to compare.
+float16, int8 and float8 on CUDA), given the budget as `max_trials_global`.  A label
+`metaschedule[init_min_unmeasured=8,max_fail_count=20]` sets arguments of its evolutionary search
+(`STRATEGY_ARGS`): where few of its sampled schedules pass its GPU checks, the defaults give up before
+the first round (docs/benchmarks.md, the 11x11 conv).  Its candidates are measured the way MetaSchedule
+measures them (its own builder and runner), but with the suite's repeat settings and under the suite's
+device lock, and each one is reported as a trial.  Its best schedule is then compiled into a library,
+which the suite verifies and times like any trial's (`trial.measure.measure_library`: the device's
+runner in the measuring service): that is the figure to compare.
 
 Everything happens in a child process, so the caller never imports TVM or holds a GPU context, and a
 crash of MetaSchedule becomes a result.  Two costs of MetaSchedule's set-up are cut: `TuneContext`
@@ -31,11 +33,30 @@ from trial.measure import Options, measure_library
 from trial.results import MeasureResult, Status, error_reason
 from trial.workload import Workload, parse
 
-from .driver import Progress, Run, Trial
+from .driver import Progress, Run, Trial, variant
 
+NAME = "metaschedule"
+STRATEGY_ARGS = ("population_size", "init_measured_ratio", "init_min_unmeasured", "max_fail_count",
+                 "genetic_num_iters", "genetic_mutate_prob", "genetic_max_fail_count", "eps_greedy")
+"""The arguments of TVM 0.27's EvolutionarySearch, which a label may set."""
 TRIALS_PER_ITER = 64  # tune_tir's default number of candidates measured per search iteration
 _INTRINSICS = {"cuda": ("cuda",), "rocm": ("rocm",), "llvm": ("x86", "arm_cpu", "riscv_cpu")}
 _ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def is_label(label: str) -> bool:
+    """Whether `label` names MetaSchedule (`metaschedule`, or with search arguments)."""
+    return label.split("[", 1)[0] == NAME
+
+
+def strategy(label: str) -> dict[str, Any]:
+    """The EvolutionarySearch arguments of a MetaSchedule label ({} for its defaults); ValueError if malformed."""
+    _, args = variant(label, (NAME,))
+    unknown = sorted(set(args) - set(STRATEGY_ARGS))
+    if unknown:
+        raise ValueError(f"unknown MetaSchedule search argument(s) {', '.join(unknown)} in {label!r}: "
+                         f"expected {', '.join(STRATEGY_ARGS)}")
+    return args
 
 
 def _register_intrinsics(kind: str) -> None:
@@ -169,7 +190,8 @@ def _final(sch: Any, ms_target: Any, library: Path) -> dict[str, Any]:
     return {"status": "built", "build_s": time.perf_counter() - start, "extra": {"trace": str(sch.trace)}}
 
 
-def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Options, work_dir: str) -> None:
+def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Options, work_dir: str,
+           search: dict[str, Any]) -> None:
     os.dup2(2, 1)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
     start = time.perf_counter()
@@ -200,7 +222,7 @@ def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Optio
     try:
         database = ms.tune_tir(func, ms_target, work_dir, max_trials_global=trials,
                                num_trials_per_iter=min(TRIALS_PER_ITER, trials), builder=builder, runner=runner,
-                               space=_space(wl, target, ms),
+                               space=_space(wl, target, ms), strategy=ms.search_strategy.EvolutionarySearch(**search),
                                measure_callbacks=[Report(conn, wl.flops, builder, runner),
                                                   *ms.measure_callback.MeasureCallback.create("default")],
                                seed=seed)
@@ -213,15 +235,17 @@ def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Optio
 
 
 def run(wl: Workload, trials: int, seed: int, work_dir: str | os.PathLike[str], options: Options = Options(),
-        progress: bool = True) -> Run:
-    """One seeded MetaSchedule run of `trials` trials; its database and logs stay in `work_dir`."""
+        progress: bool = True, label: str = NAME) -> Run:
+    """One seeded MetaSchedule run of `trials` trials, its search set by `label` (`strategy`); its database
+    and logs stay in `work_dir`."""
+    search = strategy(label)
     Path(work_dir).mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(sender, wl.op, wl.spec, trials, seed, options, str(work_dir)),
+    proc = ctx.Process(target=_child, args=(sender, wl.op, wl.spec, trials, seed, options, str(work_dir), search),
                        daemon=False)
-    out = Run("metaschedule", seed, workers=1)
-    bar = Progress(trials, f"metaschedule seed {seed}", progress)
+    out = Run(label, seed, workers=1)
+    bar = Progress(trials, f"{label} seed {seed}", progress)
     where: dict[str, str] = {}
     start = time.perf_counter()
     tuned_at = None

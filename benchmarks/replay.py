@@ -48,7 +48,7 @@ from trial.results import MeasureResult, Status
 from trial.target import Target
 from trial.workload import SpecError, Workload, parse_name
 
-from . import driver
+from . import driver, metaschedule
 from .compare import plan
 from .summary import summarize
 
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         runs_plan = plan(args.tuners, 1)
     except (SpecError, ValueError) as err:
         p.error(str(err))
-    if any(tuner == "metaschedule" for tuner, _ in runs_plan):
+    if any(metaschedule.is_label(tuner) for tuner, _ in runs_plan):
         p.error("MetaSchedule searches schedules, not knobs: it has no place on a knob landscape")
     target = target_of(args.arch)
     space = SearchSpace.from_json(templates.load(wl, target=target).search_space(wl))

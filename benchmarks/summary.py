@@ -7,7 +7,7 @@ import numpy as np
 
 from trial.results import STAGES, Status
 
-from . import driver
+from . import driver, metaschedule
 from .plots import trials_to
 
 
@@ -61,8 +61,8 @@ def table(summary: list[dict[str, Any]], vendor: dict[str, Any] | None) -> str:
         notes.append(f"Vendor: {vendor['library']}, {vendor['gflops']:.1f} GFLOPS, "
                      f"{vendor['latency_ms']:.4f} ms.")
     for s in summary:
-        if s["tuner"] == "metaschedule":
-            notes.append(f"metaschedule: best is its best schedule verified and timed through the suite's run "
+        if metaschedule.is_label(s["tuner"]):
+            notes.append(f"{s['tuner']}: best is its best schedule verified and timed through the suite's run "
                          f"path; its own measurements peaked at {s['search_best_gflops']:.1f} GFLOPS (median). "
                          "Its wall time includes its one-off set-up.")
     return "\n".join(lines + ([""] + notes if notes else []))

@@ -59,7 +59,8 @@ def device_module(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
 
 
 def vector_accesses(mod: tvm.IRModule) -> list[VectorAccess]:
-    """Every vector load and store (a Ramp index) and every asynchronous copy wider than one element."""
+    """Every vector load and store (a Ramp index of stride 1) and every asynchronous copy wider than one
+    element."""
     analyzer, found = tvm.sym.Analyzer(), []
 
     def offset(buffer: str, start, lanes: int) -> None:
@@ -67,8 +68,8 @@ def vector_accesses(mod: tvm.IRModule) -> list[VectorAccess]:
         found.append(VectorAccess(buffer, lanes, int(m.coeff), int(m.base)))
 
     def access(node) -> None:  # a BufferStore, or a BufferLoad (a TensorLoad of its source buffer)
-        index = node.indices[-1]
-        if isinstance(index, tvm.tirx.Ramp) and int(index.lanes) > 1:
+        index = node.indices[-1]  # a strided Ramp (matmul's transposing copy) is accessed element by element
+        if isinstance(index, tvm.tirx.Ramp) and int(index.lanes) > 1 and analyzer.can_prove(index.stride == 1):
             offset((node.buffer if hasattr(node, "buffer") else node.source).name, index.base, int(index.lanes))
 
     def call(node) -> None:

@@ -53,13 +53,18 @@ def toolkit(folder: Path) -> Path:
     return folder
 
 
+def ptx(source: str, arch: str) -> str:
+    """The PTX that NVRTC makes of `source` for `arch`, through TVM as on a GPU machine.  CUDA_PATH must
+    name a `toolkit` folder."""
+    return bytes(nvcc.compile_cuda(source, target_format="ptx", arch=arch)).decode()
+
+
 def compile_kernels(source: str, arch: str) -> list[KernelReport]:
     """NVRTC (through TVM, as on a GPU machine) to PTX, then ptxas for `arch` ("sm_90"); raises on an error
     of either, with the compiler's message.  CUDA_PATH must name a `toolkit` folder."""
-    ptx = bytes(nvcc.compile_cuda(source, target_format="ptx", arch=arch))
     with tempfile.TemporaryDirectory(prefix="ptx-") as folder:
         path = Path(folder) / "kernels.ptx"
-        path.write_bytes(ptx)
+        path.write_text(ptx(source, arch))
         done = subprocess.run([str(_package_dir(nvidia.cuda_nvcc) / "bin" / "ptxas"), f"-arch={arch}", "-v",
                                str(path), "-o", os.devnull], capture_output=True, text=True)
     if done.returncode:

@@ -28,7 +28,8 @@ def test_usage_errors_are_clear(args, message):
 
 def test_by_hand_prints_one_json_line():
     p = trial("mm", "N32K32M32PNT", "--target", "llvm", "--params",
-              json.dumps({"K": [2, 2, 4, 2], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 2, "pipeline": 0}),
+              json.dumps({"K": [2, 2, 4, 2], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 2, "pipeline": 0,
+                          "kmajor": 0, "pad": 0}),
               "--min-repeat-ms", "1")
     assert p.returncode == 0, p.stderr
     (line,) = p.stdout.strip().splitlines()
@@ -50,7 +51,8 @@ def test_under_nnis_file_channel_the_trial_uses_nnis_sdk(tmp_path):
     writes its result through NNI's SDK; nnictl experiments (tests/test_nnictl.py) cover the HTTP channel."""
     from nni import dump
 
-    params = {"K": [1, 4, 4, 2], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1, "pipeline": 0}
+    params = {"K": [1, 4, 4, 2], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1, "pipeline": 0,
+              "kmajor": 0, "pad": 0}
     (tmp_path / "parameter.cfg").write_text(dump({"parameter_id": 7, "parameter_source": "algorithm",
                                                   "parameters": params, "parameter_index": 0}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("NNI_")}

@@ -11,6 +11,7 @@ from trial import build, check, templates
 from trial.archs import target_of
 from trial.constraints import KernelRules
 from trial.target import Target
+from trial.templates import matmul
 from trial.workload import parse
 
 from cuda_kernels import device_module, dynamic_shared_bytes, vector_accesses
@@ -38,19 +39,25 @@ def vectorised_configs(op, spec, target, count, seed=0):
 @pytest.mark.parametrize("op,spec", WORKLOADS)
 def test_vector_accesses_of_valid_configs_are_aligned(op, spec):
     """Every vector load, store and asynchronous copy of the kernel starts at a multiple of its width,
-    for every value the thread and loop indices can take (TVM's modular-set analysis of the index)."""
-    wl, template, configs = vectorised_configs(op, spec, SM90, 2)
+    for every value the thread and loop indices can take (TVM's modular-set analysis of the index).
+    Each operand is read in vectors of `vec`, but for a transposing copy into a pipeline of asynchronous
+    copies, which copies element by element."""
+    wl, template, configs = vectorised_configs(op, spec, SM90, 3)
     for config in configs:
         check.check(wl, template, config, SM90)
         accesses = vector_accesses(device_module(template.schedule(wl, config, SM90), SM90))
-        assert accesses, config  # the global-to-shared copies use vectors of `vec` elements
-        assert {a.lanes for a in accesses} == {config["vec"]}, config
+        vectorised = {name for name, moved in zip("AB", matmul.transposed(wl, config))
+                      if not (moved and config["pipeline"] >= 2)}
+        assert {a.buffer for a in accesses} & {"A", "B"} == vectorised, config
+        assert {a.lanes for a in accesses} <= {config["vec"]}, config
         assert all(a.aligned for a in accesses), (config, [a for a in accesses if not a.aligned])
 
 
 @pytest.mark.parametrize("spec,config", [
-    ("N36K36M36PTT", {"K": [1, 1, 18, 2], "X": [4, 9, 1, 1], "Y": [3, 12, 1, 1], "unroll": 1500, "vec": 4, "pipeline": 4}),
-    ("N24K36M30PTN", {"K": [1, 9, 4, 1], "X": [1, 2, 1, 12], "Y": [5, 2, 1, 3], "unroll": 64, "vec": 4, "pipeline": 2}),
+    ("N36K36M36PTT", {"K": [1, 1, 18, 2], "X": [4, 9, 1, 1], "Y": [3, 12, 1, 1], "unroll": 1500, "vec": 4, "pipeline": 4,
+                      "kmajor": 0, "pad": 0}),
+    ("N24K36M30PTN", {"K": [1, 9, 4, 1], "X": [1, 2, 1, 12], "Y": [5, 2, 1, 3], "unroll": 64, "vec": 4, "pipeline": 2,
+                      "pad": 0}),
 ])
 def test_vector_widths_the_rule_rejects_would_be_misaligned(spec, config):
     """What the template's vector rule keeps out: a width that does not divide the staged tile's

@@ -11,7 +11,7 @@ from trial.templates import conv2d, tensorcore
 from trial.workload import parse_name
 
 from cuda_kernels import valid_configs
-from nvrtc import LOCAL_MEMORY_PER_THREAD, compile_kernels, toolkit
+from nvrtc import LOCAL_MEMORY_PER_THREAD, compile_kernels, ptx, toolkit
 
 STUDY = ["mm/N512K1024M1024", "mm/N512K1024M4096PTN", "mm/N512K4096M1024PNT", "bmm/B960N128K128M64PNN",
          "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0", "conv/N512C64HW27F192K5ST1PD2",
@@ -94,3 +94,19 @@ def test_deep_conv_pipelines_need_their_unrolling_in_tir():
     explicit = {**config, "unroll_explicit": 1}
     check.check(wl, conv2d, explicit, target_of("sm_90"))
     assert kernels(wl.name, explicit, "sm_90")
+
+
+@pytest.mark.parametrize("name", ["mm/N512K1024M1024", "mm/N512K1024M1024PNT", "bmm/B960N128K64M128PNT",
+                                  "conv/N512C64HW27F192K5ST1PD2"])
+def test_k_major_tiles_are_read_in_vectors(name):
+    """With K-major shared tiles (`kmajor` 1) nvcc reads every register fragment with vector loads; a tile
+    whose rows run along K (`kmajor` 0) is read element by element."""
+    wl = parse_name(name)
+    knob = "wino_kmajor" if wl.op == "conv" else "kmajor"
+    config = templates.load(wl).default_params(wl, True)
+    loads = {}
+    for kmajor in (0, 1):
+        text = ptx(cuda_source(name, {**config, knob: kmajor}, "sm_90"), "sm_90")
+        loads[kmajor] = (len(re.findall(r"ld\.shared\.f32", text)), len(re.findall(r"ld\.shared\.v[24]\.f32", text)))
+    assert loads[1][0] == 0 < loads[1][1], loads
+    assert loads[0][0] > 0, loads

@@ -25,7 +25,7 @@ WL = parse("mm", "N32K32M32")
 def knobs(i: int) -> dict:
     """Valid knobs of WL, distinct for i < 45."""
     return {"K": [1, 2, 4, 4], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": UNROLL_STEPS[i % 5],
-            "vec": VECTOR_WIDTHS[i // 5 % 3], "pipeline": PIPELINE_DEPTHS[i // 15 % 3]}
+            "vec": VECTOR_WIDTHS[i // 5 % 3], "pipeline": PIPELINE_DEPTHS[i // 15 % 3], "kmajor": 0, "pad": 0}
 
 
 def fake(gflops: float, i: int = 0, status: str = "ok", device: str = "gpu A") -> MeasureResult:
@@ -95,7 +95,8 @@ def test_best_is_per_workload_device_and_distinct(tmp_path):
 
 def test_export_writes_a_verified_library(tmp_path):
     store = Records(tmp_path / "r.sqlite")
-    params = {"K": [2, 1, 4, 4], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1, "pipeline": 0}
+    params = {"K": [2, 1, 4, 4], "X": [2, 1, 4, 4], "Y": [1, 2, 2, 8], "unroll": 16, "vec": 1, "pipeline": 0,
+              "kmajor": 0, "pad": 0}
     result = measure(WL, params, Options(target="llvm", min_repeat_ms=1))
     assert result.status == "ok"
     store.append(WL, result, "exp", "t0", "opevo")

@@ -41,9 +41,9 @@ def resources(config: Config) -> dict[str, Any]:
     """What one thread block of `config` of `MM` uses, from `trial.templates.matmul.resources` itself.
 
     `MM` has the original study's knobs, so `config` becomes the template's: no split-K part (K[0] = 1)
-    and a single-buffered shared-memory stage (pipeline 0).
+    and a single-buffered, unpadded shared-memory stage (pipeline 0, pad 0).
     """
-    return matmul.resources(MM_WORKLOAD, {**config, "K": [1, *config["K"]], "pipeline": 0})
+    return matmul.resources(MM_WORKLOAD, {**config, "K": [1, *config["K"]], "pipeline": 0, "pad": 0})
 
 
 def fits(config: Config) -> bool:

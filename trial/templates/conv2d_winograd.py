@@ -16,7 +16,7 @@ tiles p and channels c:
   wino_p    factor [tiles, 4]    tiles: block, virtual thread, thread, inner        (matmul's Y)
   wino_c    factor [C, 3]        channels: shared-memory stage, register stage, inner (matmul's K, no split)
   wino_e    factor [a^2, 2]      positions: block, inner                             (matmul's B)
-  wino_unroll, wino_vec, wino_pipeline                                              (matmul's)
+  wino_unroll, wino_vec, wino_pipeline, wino_kmajor, wino_pad                      (matmul's)
 The transforms give each thread one tile (all its positions unrolled, so the matrices fold into constants),
 `TRANSFORM_THREADS` to a block.
 """
@@ -43,7 +43,7 @@ TILE_ALIGN = 32
 STORE_WIDTHS = (2, 4)  # the tile counts (multiples of TILE_ALIGN) keep such vectors of M aligned
 TRANSFORM_THREADS = 128
 KNOBS = {"wino_f": "X", "wino_p": "Y", "wino_e": "B", "wino_unroll": "unroll", "wino_vec": "vec",
-         "wino_pipeline": "pipeline"}
+         "wino_pipeline": "pipeline", "wino_kmajor": "kmajor", "wino_pad": "pad"}
 """This template's knobs as matmul's (wino_c becomes matmul's K with an unsplit first part)."""
 
 
@@ -86,7 +86,9 @@ def search_space(wl: Workload) -> dict[str, Any]:
             "wino_c": factor_knob(d["C"], 3), "wino_e": factor_knob(s["a"] ** 2, 2),
             "wino_unroll": {"_type": "discrete", "_value": matmul.UNROLL_STEPS},
             "wino_vec": {"_type": "discrete", "_value": matmul.VECTOR_WIDTHS},
-            "wino_pipeline": {"_type": "discrete", "_value": PIPELINE_DEPTHS}}
+            "wino_pipeline": {"_type": "discrete", "_value": PIPELINE_DEPTHS},
+            "wino_kmajor": {"_type": "discrete", "_value": [0, 1]},
+            "wino_pad": {"_type": "discrete", "_value": matmul.PADS}}
 
 
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
@@ -95,10 +97,10 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
     if gpu:
         return {"wino_f": greedy_split(d["F"], [2, 8, 4]), "wino_p": greedy_split(s["tiles"], [2, 16, 4]),
                 "wino_c": greedy_split(d["C"], [8, 1]), "wino_e": [s["a"] ** 2, 1], "wino_unroll": 512,
-                "wino_vec": 4, "wino_pipeline": 2}
+                "wino_vec": 4, "wino_pipeline": 2, "wino_kmajor": 1, "wino_pad": 4}
     return {"wino_f": greedy_split(d["F"], [1, 8, 4]), "wino_p": greedy_split(s["tiles"], [1, 4, 16]),
             "wino_c": greedy_split(d["C"], [4, 4]), "wino_e": [s["a"] ** 2, 1], "wino_unroll": 16,
-            "wino_vec": 1, "wino_pipeline": 0}
+            "wino_vec": 1, "wino_pipeline": 0, "wino_kmajor": 0, "wino_pad": 0}
 
 
 def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:

@@ -12,15 +12,28 @@ Knobs (the original OpEvo study's, with a split-K part, plus three):
   pipeline discrete      shared-memory stage: 0 single buffer, 1 double buffer (software pipeline:
                          the next K tile is loaded while the current one is used), 2, 3, 4 buffers
                          filled by asynchronous copies (cp.async, CUDA sm_80 and newer)
+  kmajor  discrete       1: an operand whose rows run along K in memory (A in NN/NT, B in NT/TT) is
+                         transposed as it is staged, so its shared tile is K-major like the other's
+                         (only where the layout has such an operand)
+  pad     discrete       words added to each row of both shared tiles (bank conflicts)
 
 GPU: the classic two-level tiling: each thread block owns an X[1:]-by-Y[1:] tile of C, stages
 K[2]*K[3]-deep slices of A and B in shared memory (loaded cooperatively, coalesced and vectorised)
 and K[3]-deep fragments in registers, and accumulates X[1]*X[3]-by-Y[1]*Y[3] values per thread.
 Split-K (K[0] > 1) gives a long reduction over few output tiles more thread blocks: each reduces one
 K/K[0] slice into a partial result (TensorIR's rfactor), and a second kernel sums the K[0] partials.
+Register fragments are read from shared memory at every K step, so their layout there decides the
+kernel's shared-memory traffic.  In a K-major tile a thread's X[3] rows (Y[3] columns) lie side by side:
+nvcc reads them with vector loads (LDS.64/128), and the threads of a warp that share a K step read
+distinct words of one row.  In a row-major tile (rows along K) they lie a tile row apart: scalar loads,
+and rows whose length is a multiple of 32 words put them in one bank (`pad` shifts them apart).  Hand-
+written SGEMMs transpose A as they store it for this reason (Boehm's CUDA matmul worklog, kernel 6).
+The transposing copy reads global memory in `vec`-wide vectors and stores elements; with asynchronous
+copies, which move whole vectors to contiguous shared words, it copies element by element.
 CPU: the same tiles and split; outer tiles run in parallel, the Y[3] columns are vectorised;
-`pipeline` and `vec` have no CPU meaning.  A block whose shared tiles exceed the device's static
-limit keeps them in dynamic shared memory (`shared_scope`), up to the device's opt-in maximum.
+`pipeline`, `vec`, `kmajor` and `pad` have no CPU meaning.  A block whose shared tiles exceed the
+device's static limit keeps them in dynamic shared memory (`shared_scope`), up to the device's opt-in
+maximum.
 """
 from __future__ import annotations
 
@@ -43,6 +56,13 @@ if TYPE_CHECKING:
 
 UNROLL_STEPS = [0, 16, 64, 512, 1500]
 VECTOR_WIDTHS = [1, 2, 4]
+PADS = [0, 4]
+"""Words of padding per shared row: 4 keeps rows 16-byte aligned for vectors."""
+
+
+def k_contiguous(wl: Workload) -> tuple[bool, bool]:
+    """Whether A's and B's rows run along K in memory (A[n, k] in N? layouts, B[m, k] in ?T)."""
+    return wl.layout[0] == "N", wl.layout[1] == "T"
 
 
 def search_space(wl: Workload) -> dict[str, Any]:
@@ -53,6 +73,9 @@ def search_space(wl: Workload) -> dict[str, Any]:
     space["unroll"] = {"_type": "discrete", "_value": UNROLL_STEPS}
     space["vec"] = {"_type": "discrete", "_value": VECTOR_WIDTHS}
     space["pipeline"] = {"_type": "discrete", "_value": PIPELINE_DEPTHS}
+    if any(k_contiguous(wl)):
+        space["kmajor"] = {"_type": "discrete", "_value": [0, 1]}
+    space["pad"] = {"_type": "discrete", "_value": PADS}
     return space
 
 
@@ -61,10 +84,12 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
     d = wl.dims
     if gpu:
         params = {"K": [1, *greedy_split(d["K"], [8, 1])], "X": greedy_split(d["N"], [2, 16, 4]),
-                  "Y": greedy_split(d["M"], [2, 16, 4]), "unroll": 512, "vec": 4, "pipeline": 1}
+                  "Y": greedy_split(d["M"], [2, 16, 4]), "unroll": 512, "vec": 4, "pipeline": 1, "kmajor": 1,
+                  "pad": 4}
     else:
         params = {"K": [1, *greedy_split(d["K"], [4, 4])], "X": greedy_split(d["N"], [1, 8, 4]),
-                  "Y": greedy_split(d["M"], [1, 4, 16]), "unroll": 16, "vec": 1, "pipeline": 0}
+                  "Y": greedy_split(d["M"], [1, 4, 16]), "unroll": 16, "vec": 1, "pipeline": 0, "kmajor": 0,
+                  "pad": 0}
     if wl.op == "bmm":
         params["B"] = greedy_split(d["B"], [1])
     return {k: params[k] for k in search_space(wl)}
@@ -94,13 +119,28 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread."""
     X, Y, K = p["X"], p["Y"], p["K"]
     item = np.dtype(wl.dtype).itemsize
-    k_tile = K[2] * K[3]
-    shared = (math.prod(X[1:]) + math.prod(Y[1:])) * k_tile * item * pipeline_buffers(p["pipeline"])
+    tiles = sum(rows * (length + p["pad"]) for rows, length in shared_tiles(wl, p))
+    shared = tiles * item * pipeline_buffers(p["pipeline"])
     batch_inner = p["B"][1] if wl.op == "bmm" else 1
     accumulators = batch_inner * X[1] * X[3] * Y[1] * Y[3]
     fragments = (X[1] * X[3] + Y[1] * Y[3]) * K[3]
     return {"threads": X[2] * Y[2], "thread_dims": (Y[2], X[2], 1), "shared_bytes": shared,
             "registers_per_thread": accumulators + fragments + 16, "async_copy": p["pipeline"] >= 2}
+
+
+def transposed(wl: Workload, p: dict[str, Any]) -> tuple[bool, bool]:
+    """Which operands the copy to shared memory transposes (`kmajor`)."""
+    return tuple(along_k and bool(p.get("kmajor")) for along_k in k_contiguous(wl))
+
+
+def shared_tiles(wl: Workload, p: dict[str, Any]) -> list[tuple[int, int]]:
+    """(rows, row length) of A's and B's shared tiles, before padding."""
+    k_tile = p["K"][2] * p["K"][3]
+    tiles = []
+    for along_k, moved, extent in zip(k_contiguous(wl), transposed(wl, p), (p["X"], p["Y"])):
+        other = math.prod(extent[1:])
+        tiles.append((other, k_tile) if along_k and not moved else (k_tile, other))
+    return tiles
 
 
 def rules(wl: Workload) -> list[Rule]:
@@ -158,7 +198,7 @@ def schedule_product(sch: s_tir.Schedule, C: SBlockRV, wl: Workload, p: dict[str
     sch.reverse_compute_at(CL, inner[0] if inner else j2)
     if gpu:
         scope = shared_scope(target, resources(wl, p)["shared_bytes"])
-        _gpu(sch, p, main, grid, (i0, j0, i1, j1, i2, j2), (k0, k1), scope)
+        _gpu(sch, wl, p, main, grid, (i0, j0, i1, j1, i2, j2), (k0, k1), scope)
     else:
         first = sch.fuse(*grid, i0, j0)
         sch.parallel(first)
@@ -188,7 +228,7 @@ def _sum_partials(sch: s_tir.Schedule, C, batch: bool, gpu: bool) -> None:
         sch.parallel(sch.split(element, [None, 64])[0])
 
 
-def _gpu(sch: s_tir.Schedule, p: dict[str, Any], main, grid, tiles, ks, scope: str) -> None:
+def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], main, grid, tiles, ks, scope: str) -> None:
     i0, j0, i1, j1, i2, j2 = tiles
     k0, k1 = ks
     if grid:
@@ -201,10 +241,15 @@ def _gpu(sch: s_tir.Schedule, p: dict[str, Any], main, grid, tiles, ks, scope: s
     sch.bind(j2, "threadIdx.x")
     depth = loop_depth(sch, main, k0)
     threads = [("threadIdx.y", p["X"][2]), ("threadIdx.x", p["Y"][2])]
-    for index in (0, 1):
+    asynchronous = p["pipeline"] >= 2
+    for index, moved, (_, length) in zip((0, 1), transposed(wl, p), shared_tiles(wl, p)):
         shared = sch.cache_read(main, index, scope)
         sch.compute_at(shared, k0)
-        cooperative_fetch(sch, shared, depth, threads, p["vec"])
+        if moved:
+            sch.transform_layout(shared, ("write", 0), lambda *x: (*x[:-2], x[-1], x[-2]))
+        if p["pad"]:  # the row stride, once TVM has cut the buffer down to the tile: length + pad
+            sch.storage_align(shared, 0, axis=-2, factor=length + p["pad"], offset=0)
+        cooperative_fetch(sch, shared, depth, threads, 1 if moved and asynchronous else p["vec"])
     for index in (0, 1):
         sch.compute_at(sch.cache_read(main, index, "local"), k1)
     pipeline(sch, k0, p["pipeline"])

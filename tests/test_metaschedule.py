@@ -1,0 +1,24 @@
+"""MetaSchedule as a peer (benchmarks/metaschedule.py): the search arguments a compare label gives it."""
+import re
+
+import pytest
+
+from benchmarks import compare, metaschedule
+from trial.measure import Options
+from trial.workload import parse
+
+
+def test_a_metaschedule_label_sets_its_search(tmp_path):
+    """`metaschedule[...]` hands its arguments to MetaSchedule's evolutionary search (with a population of 4
+    it samples 4 schedules a round, where its default samples 512) and reports the run under that label;
+    an argument the search does not have is refused before any run starts."""
+    with pytest.raises(ValueError, match="unknown MetaSchedule search argument"):
+        compare.plan(["metaschedule[bogus=1]"], 1)
+    label = "metaschedule[population_size=4,init_min_unmeasured=1]"
+    assert compare.plan([label], 1) == [(label, 0)]
+    run = metaschedule.run(parse("mm", "N32K32M32"), 8, 0, tmp_path, Options(target="llvm", min_repeat_ms=1),
+                           False, label)
+    assert run.tuner == label and run.trials and run.final.status == "ok"
+    logs = "".join(path.read_text() for path in (tmp_path / "logs").glob("*.log"))
+    sampled = [int(n) for n in re.findall(r"Sampled (\d+) candidate", logs)]
+    assert sampled and max(sampled) <= 4, sampled
