@@ -87,7 +87,7 @@ def search_space(wl: Workload) -> dict[str, Any]:
             "wino_unroll": {"_type": "discrete", "_value": matmul.UNROLL_STEPS},
             "wino_vec": {"_type": "discrete", "_value": matmul.VECTOR_WIDTHS},
             "wino_pipeline": {"_type": "discrete", "_value": PIPELINE_DEPTHS},
-            "wino_kmajor": {"_type": "discrete", "_value": [0, 1]},
+            "wino_kmajor": {"_type": "discrete", "_value": matmul.KMAJOR},
             "wino_pad": {"_type": "discrete", "_value": matmul.PADS}}
 
 

@@ -1,6 +1,6 @@
 """Matmul and batched matmul, C[b, n, m] = sum_k A[b, n, k] * B[b, k, m], in NN/NT/TN/TT layouts.
 
-Knobs (the original OpEvo study's, with a split-K part, plus three):
+Knobs (the original OpEvo study's, with a split-K part, plus five):
   K       factor [K, 4]  reduction: split (slices reduced by separate thread blocks), outer
                          (shared-memory stage), middle (register stage), inner
   X       factor [N, 4]  rows: block, virtual thread, thread, inner
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 UNROLL_STEPS = [0, 16, 64, 512, 1500]
 VECTOR_WIDTHS = [1, 2, 4]
+KMAJOR = [0, 1]
 PADS = [0, 4]
 """Words of padding per shared row: 4 keeps rows 16-byte aligned for vectors."""
 
@@ -74,7 +75,7 @@ def search_space(wl: Workload) -> dict[str, Any]:
     space["vec"] = {"_type": "discrete", "_value": VECTOR_WIDTHS}
     space["pipeline"] = {"_type": "discrete", "_value": PIPELINE_DEPTHS}
     if any(k_contiguous(wl)):
-        space["kmajor"] = {"_type": "discrete", "_value": [0, 1]}
+        space["kmajor"] = {"_type": "discrete", "_value": KMAJOR}
     space["pad"] = {"_type": "discrete", "_value": PADS}
     return space
 
