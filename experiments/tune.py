@@ -23,7 +23,7 @@ from nni.experiment.config import ExperimentConfig
 from trial.command import read_trial_command
 from trial.inputs import number_type
 from trial.measure import this_device
-from trial.records import Record, Records, decode_metric, default_path, fits_template
+from trial.records import Record, Records, as_template_takes, decode_metric, default_path
 from trial.results import Status
 from trial.workload import parse
 
@@ -122,12 +122,13 @@ def _print_progress(state: str, records: list[TrialRecord]) -> None:
 
 def tuned_before(config: Path) -> Record | None:
     """The best recorded verified kernel of the config's workload on this machine's device whose knobs
-    fit the template, if any."""
+    fit the template (as it takes them now: `as_template_takes`), if any."""
     found = read_trial_command(ExperimentConfig.load(config).trial_command)
     if not found or not default_path().exists():
         return None
     wl = parse(*found[:2])
-    best_found = Records().best(wl.key, this_device(os.environ.get("OPEVO_TARGET", "auto")), fits=fits_template(wl))
+    best_found = Records().best(wl.key, this_device(os.environ.get("OPEVO_TARGET", "auto")),
+                                fits=as_template_takes(wl))
     return best_found[0] if best_found else None
 
 

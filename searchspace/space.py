@@ -134,6 +134,16 @@ class SearchSpace:
             config[cond.on] = cond.first(self._params[cond.on])
         return config
 
+    def with_inert(self, config: Mapping[str, Any]) -> Config:
+        """`config` with each missing parameter that is inert in it at its least value (as `key` reads it): a
+        configuration recorded before the space offered another family names only its own family's knobs."""
+        out = dict(config)
+        for name, cond in self._when.items():
+            choice = self._params[cond.on]
+            if name not in out and cond.on in out and choice.contains(out[cond.on]) and not cond.holds(choice, out):
+                out[name] = copy.deepcopy(self._params[name].least)
+        return out
+
     def __getitem__(self, name: str) -> Parameter:
         return self._params[name]
 

@@ -78,6 +78,18 @@ def test_least_of_a_conditional_parameter_makes_it_active(space):
     assert space.active("order", space.least("order")) and not space.active("order", space.least())
 
 
+def test_with_inert_fills_in_only_missing_inert_parameters(space):
+    direct = {"algorithm": "direct", "tile": [3, 4], "unroll": 16}
+    completed = space.with_inert(direct)
+    assert completed == {**direct, "wino": 1, "order": [0, 1, 2]} and space.contains(completed)
+    assert direct == {"algorithm": "direct", "tile": [3, 4], "unroll": 16}  # not changed in place
+    assert space.with_inert({**direct, "wino": 8}) == {**completed, "wino": 8}
+    fft = {"algorithm": "fft", "unroll": 16, "wino": 2}  # `order` is active: still missing
+    assert space.with_inert(fft) == {**fft, "tile": [12, 1]}
+    for undecided in ({"tile": [3, 4]}, {"algorithm": "spectral"}):
+        assert space.with_inert(undecided) == undecided
+
+
 def test_json_round_trip_keeps_conditions(space):
     assert space.to_json() == FAMILIES
     assert SearchSpace.from_json(space.to_json()).conditions == space.conditions

@@ -10,16 +10,19 @@ import logging
 import os
 import sqlite3
 import subprocess
+from typing import Any
 
 from searchspace import Config, SearchSpace
 from trial.measure import this_device
-from trial.records import Records, default_path
+from trial.records import Records, as_template_takes, default_path
+from trial.workload import parse_name
 
 _logger = logging.getLogger(__name__)
 
 
 def recorded_best(workload_key: str, device: str | None, n: int, space: SearchSpace) -> list[Config]:
-    """The `n` best verified configurations of the workload on `device` that `space` holds as valid.
+    """The `n` best verified configurations of the workload on `device` that `space` holds as valid, as
+    recorded or as the op's template takes them now (`as_template_takes`: records outlive knob changes).
 
     Empty, with the reason logged, when the store is missing, unreadable or holds none: the run then
     starts cold. `device` None is the device trials use here, asked of the measuring service only when
@@ -36,7 +39,15 @@ def recorded_best(workload_key: str, device: str | None, n: int, space: SearchSp
             return []
         if device is None:
             device = this_device(os.environ.get("OPEVO_TARGET", "auto"))
-        found = store.best(workload_key, device, n=n, fits=space.valid)
+        takes = as_template_takes(parse_name(workload_key))
+
+        def fits(params: Any) -> Config | None:
+            if space.valid(params):  # as recorded: the space need not be a template's
+                return params
+            upgraded = takes(params)
+            return upgraded if upgraded is not None and space.valid(upgraded) else None
+
+        found = store.best(workload_key, device, n=n, fits=fits)
     except (sqlite3.Error, OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
         _logger.warning("warm start: cannot read the records of %s in %s (%s); starting cold", workload_key, path, e)
         return []

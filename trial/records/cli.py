@@ -18,7 +18,7 @@ from ..measure import this_device
 from ..workload import SpecError, parse_name
 from .export import ExportError, export
 from .nni_import import import_experiment
-from .store import Record, Records, RecordsError, fits_template
+from .store import Record, Records, RecordsError, as_template_takes
 
 
 def _table(records: list[Record]) -> str:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_table(store.query(wl and wl.key, args.device, args.status, limit=args.limit)))
         return 0
     device = None if args.device == "any" else (args.device or this_device(args.target))
-    found = store.best(wl.key, device, n=args.n if args.command == "best" else 1, fits=fits_template(wl))
+    found = store.best(wl.key, device, n=args.n if args.command == "best" else 1, fits=as_template_takes(wl))
     if not found:
         print(f"no verified record of {wl.key} on {device or 'any device'} whose knobs fit the template, "
               f"in {store.path}")

@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ from ..results import MeasureResult
 from ..workload import Workload
 
 DEFAULT = Path(__file__).resolve().parents[2] / "records" / "records.sqlite"
+Upgrade = Callable[[Any], dict[str, Any] | None]
+"""Recorded knobs -> the knobs to use instead, or None to pass the record over (`Records.best`)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
@@ -142,16 +144,17 @@ class Records:
         with self._connect() as db:
             return db.execute("SELECT COUNT(*) FROM measurements" + where, args).fetchone()[0]
 
-    def best(self, workload: str, device: str | None = None, n: int = 1,
-             fits: Callable[[Any], bool] | None = None) -> list[Record]:
-        """The `n` fastest verified configs (one record per distinct config) of `workload`; with `fits`,
-        only configs it accepts (e.g. those of the template's current search space)."""
+    def best(self, workload: str, device: str | None = None, n: int = 1, fits: Upgrade | None = None) -> list[Record]:
+        """The `n` fastest verified configs (one record per distinct config) of `workload`; with `fits`, only
+        those it takes, each record carrying its config as `fits` returns it (e.g. as the template takes it
+        now: `as_template_takes`)."""
         out, seen = [], set()
         for rec in self.query(workload, device, "ok", best_first=True):
-            key = params_key(rec.params)
-            if key not in seen and (fits is None or fits(rec.params)):
+            params = rec.params if fits is None else fits(rec.params)
+            key = params_key(params)
+            if params is not None and key not in seen:
                 seen.add(key)
-                out.append(rec)
+                out.append(replace(rec, params=params))
             if len(out) == n:
                 break
         return out
@@ -163,7 +166,19 @@ def decode_metric(data: str) -> Any:
     return json.loads(metric) if isinstance(metric, str) else metric
 
 
-def fits_template(wl: Workload) -> Callable[[Any], bool]:
-    """Whether recorded knobs fit one of the op's templates as it is now: records outlive knob changes."""
-    spaces = [SearchSpace.from_json(t.search_space(wl)) for t in templates.candidates(wl)]
-    return lambda params: any(space.contains(params) for space in spaces)
+def as_template_takes(wl: Workload) -> Upgrade:
+    """Recorded knobs -> the same kernel's knobs as one of the op's templates takes them now, or None where none
+    does: records outlive knob changes, so a template upgrades a config recorded before its knobs changed (its
+    `upgrade`) and its space fills in the knobs of the kernel families the config does not choose."""
+    spaces = [(t, SearchSpace.from_json(t.search_space(wl))) for t in templates.candidates(wl)]
+
+    def takes(params: Any) -> dict[str, Any] | None:
+        if not isinstance(params, dict):  # e.g. an imported metric without params
+            return None
+        for template, space in spaces:
+            upgraded = space.with_inert(template.upgrade(wl, params) if hasattr(template, "upgrade") else params)
+            if space.contains(upgraded):
+                return upgraded
+        return None
+
+    return takes

@@ -16,6 +16,8 @@ and may provide
   compile_kernel(mod, target)           its own compilation, instead of trial/build.py's pipeline
   algorithm(wl, params) -> str          how the kernel computes where that changes its rounding
                                         (trial/verify.py: ALGORITHMS; "direct" where absent)
+  upgrade(wl, params) -> dict           recorded knobs as this version takes them, where knobs were
+                                        added or changed since (trial/records/store.py)
 Templates import TVM only inside prim_func and schedule, so knob checks stay cheap.
 """
 from __future__ import annotations

@@ -61,6 +61,18 @@ def search_space(wl: Workload) -> dict[str, Any]:
             **under("winograd", winograd.search_space(wl))}
 
 
+def upgrade(wl: Workload, params: dict[str, Any]) -> dict[str, Any]:
+    """Recorded knobs as this version takes them, since records outlive knob changes: a config recorded
+    before `algorithm` is a direct one, and a Winograd one recorded before `wino_kmajor` and `wino_pad`
+    measured the kernel they build at 0 (as matmul's `upgrade`).  The knobs of the family not chosen, inert,
+    are the space's to fill in (`SearchSpace.with_inert`)."""
+    if not winograd.applies(wl):
+        return params
+    if algorithm(wl, params) == "direct":
+        return {"algorithm": "direct", **params}
+    return {**params, **{name: 0 for name in ("wino_kmajor", "wino_pad") if name not in params}}
+
+
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
     """The hand-picked configs of both algorithms; on GPUs Winograd where it applies."""
     direct = _direct_defaults(wl, gpu)

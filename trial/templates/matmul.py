@@ -80,6 +80,13 @@ def search_space(wl: Workload) -> dict[str, Any]:
     return space
 
 
+def upgrade(wl: Workload, params: dict[str, Any]) -> dict[str, Any]:
+    """Recorded knobs as this version takes them, since records outlive knob changes: a config recorded
+    before `kmajor` and `pad` measured the kernel they build at 0 (no transposed, no padded tile)."""
+    added = {"kmajor": 0, "pad": 0} if any(k_contiguous(wl)) else {"pad": 0}
+    return {**params, **{name: value for name, value in added.items() if name not in params}}
+
+
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
     """A hand-picked config: 128x128 block tiles of 16x16 threads on GPUs, 4x16 register tiles on CPUs."""
     d = wl.dims

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from ..target import Target
 
-__all__ = ["applies", "search_space", "default_params", "prim_func", "schedule", "resources", "rules",
+__all__ = ["applies", "search_space", "upgrade", "default_params", "prim_func", "schedule", "resources", "rules",
            "compile_kernel"]
 
 
@@ -62,6 +62,12 @@ def search_space(wl: Workload) -> dict[str, Any]:
             "producer": {"_type": "discrete", "_value": [0, 1]},
             "cluster": {"_type": "discrete", "_value": [1, 2]},
             "split": {"_type": "discrete", "_value": [1, 2, 4, 8]}}
+
+
+def upgrade(wl: Workload, params: dict[str, Any]) -> dict[str, Any]:
+    """Recorded knobs as this version takes them, since records outlive knob changes: a config recorded before
+    `split` measured the kernel that split 1 builds (each CTA multiplies all of K for its own output tile)."""
+    return params if "split" in params else {**params, "split": 1}
 
 
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
