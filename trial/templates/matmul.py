@@ -83,8 +83,8 @@ def search_space(wl: Workload) -> dict[str, Any]:
 def upgrade(wl: Workload, params: dict[str, Any]) -> dict[str, Any]:
     """Recorded knobs as this version takes them, since records outlive knob changes: a config recorded
     before `kmajor` and `pad` measured the kernel they build at 0 (no transposed, no padded tile)."""
-    added = {"kmajor": 0, "pad": 0} if any(k_contiguous(wl)) else {"pad": 0}
-    return {**params, **{name: value for name, value in added.items() if name not in params}}
+    added = [name for name in ("kmajor", "pad") if name in search_space(wl) and name not in params]
+    return {**params, **dict.fromkeys(added, 0)}
 
 
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
