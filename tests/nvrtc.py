@@ -32,6 +32,8 @@ class KernelReport:
 
     name: str
     stack_bytes: int
+    registers: int
+    spill_bytes: int  # spill stores
 
 
 def _package_dir(package) -> Path:
@@ -75,5 +77,7 @@ def compile_kernels(source: str, arch: str) -> list[KernelReport]:
 def _reports(info: str) -> list[KernelReport]:
     """One report per "Compiling entry function" section of ptxas -v."""
     return [KernelReport(re.match(r"'(\w+)'", section).group(1),
-                         int(re.search(r"(\d+) bytes stack frame", section).group(1)))
+                         int(re.search(r"(\d+) bytes stack frame", section).group(1)),
+                         int(re.search(r"Used (\d+) registers", section).group(1)),
+                         int(re.search(r"(\d+) bytes spill stores", section).group(1)))
             for section in info.split("Compiling entry function ")[1:]]

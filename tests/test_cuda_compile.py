@@ -96,6 +96,34 @@ def test_deep_conv_pipelines_need_their_unrolling_in_tir():
     assert kernels(wl.name, explicit, "sm_90")
 
 
+def test_asynchronous_copies_need_more_than_one_thread():
+    """A config a 256-trial run met on an H100 (`compile_error`): a block of one thread copying a one-row tile
+    element by element with cp.async, whose copy group TVM 0.27 leaves unlowered.  The rule keeps one-thread
+    blocks out of asynchronous copies; with two threads the same tiles build."""
+    wl = parse_name("bmm/B960N128K128M64PNN")
+    config = {"K": [1, 16, 1, 8], "X": [128, 1, 1, 1], "Y": [16, 1, 1, 4], "B": [30, 32], "unroll": 1500, "vec": 1,
+              "pipeline": 4, "kmajor": 0, "pad": 4}
+    with pytest.raises(Exception, match="tirx.dma_start_group"):
+        cuda_source(wl.name, config, "sm_90")
+    with pytest.raises(check.InvalidConfig, match="asynchronous copies \\(cp.async\\) in a block of one thread"):
+        check.check(wl, templates.load(wl), config, target_of("sm_90"))
+    two = {**config, "Y": [16, 1, 2, 2]}
+    check.check(wl, templates.load(wl), two, target_of("sm_90"))
+    assert all(k.stack_bytes == 0 for k in kernels(wl.name, two, "sm_90"))
+
+
+def test_the_register_estimate_counts_one_batch_at_a_time():
+    """A thread that sums many batches holds one batch's accumulators at a time, so the estimate counts one
+    batch's: configs with many batches a thread, which an estimate of all of them kept out, build without
+    spills or local memory."""
+    wl = parse_name("bmm/B960N128K128M64PNN")
+    every_batch = [c for c in valid_configs(wl, target_of("sm_90"), 40, seed=3)[1:]
+                   if c["B"][1] * c["X"][1] * c["X"][3] * c["Y"][1] * c["Y"][3] + 16 > 255][:4]
+    assert len(every_batch) == 4
+    for config in every_batch:
+        assert all(k.stack_bytes == 0 and k.spill_bytes == 0 for k in kernels(wl.name, config, "sm_90")), config
+
+
 @pytest.mark.parametrize("name", ["mm/N512K1024M1024", "mm/N512K1024M1024PNT", "bmm/B960N128K64M128PNT",
                                   "conv/N512C64HW27F192K5ST1PD2"])
 def test_k_major_tiles_are_read_in_vectors(name):

@@ -11,13 +11,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
-from trial.service import client
+from trial.service import client, runner
 from trial.measure import Options, measure
 from trial.records import Records
+from trial.target import resolve
 from trial.workload import parse
 
 FAST = Options(target="llvm", min_repeat_ms=1)
@@ -219,3 +221,11 @@ def test_a_file_removed_while_the_code_is_listed_does_not_fail_the_trial(monkeyp
     before = client.address().key
     (tmp_path / "trial" / "kept.py").write_text("x = 22\n")
     assert client.address().key != before
+
+
+def test_a_failed_run_on_a_gpu_says_how_much_of_its_memory_was_free():
+    """An out-of-memory error tells whether other processes had filled the device; a CPU has nothing to say."""
+    gpu = SimpleNamespace(device=lambda index: SimpleNamespace(available_global_memory=3 * 2**30,
+                                                               total_global_memory=80 * 2**30))
+    assert runner._free_memory(gpu, 0) == " (device memory free: 3.0 of 80.0 GiB)"
+    assert runner._free_memory(resolve("llvm"), 0) == ""

@@ -85,6 +85,20 @@ def test_every_layout_compiles_for_sm_90a_with_its_operands_transposes(cuda_tool
         assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a")), config
 
 
+@pytest.mark.parametrize("rows,cols,stages", [(64, 64, 14), (128, 128, 7)])
+def test_the_deepest_pipelines_the_shared_memory_holds_compile(cuda_toolkit, rows, cols, stages):
+    """Deeper than cuBLAS's float16 kernels go (13 stages of 64 x 64 tiles, 6 of 128 x 128): as deep as the
+    opt-in shared memory holds, each stage with its own full and empty mbarrier."""
+    wl = parse_name(LARGE)
+    config = {**wgmma.default_params(wl, True), "rows": rows, "cols": cols, "stages": stages, "producer": 1}
+    check.check(wl, wgmma, config, SM90)
+    assert wgmma.resources(wl, {**config, "stages": stages + 1})["shared_bytes"] > SM90.limits.shared_memory_per_block
+    source = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source()
+    barriers = re.findall(r"mbarrier_init_init_shared_b64\(.*\(uint64_t\*\)pool_buf_ptr\)\[(\d+)\]", source)
+    assert sorted(map(int, barriers)) == list(range(2 * stages)), barriers
+    assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a")), config
+
+
 @pytest.mark.parametrize("split,cols", [(2, 64), (4, 128), (8, 256)])
 def test_split_ctas_add_their_partial_tiles_through_distributed_shared_memory(cuda_toolkit, split, cols):
     """Each of a cluster's `split` CTAs multiplies its share of K, then sums its share of the tile's 8-column
@@ -108,12 +122,17 @@ def test_split_ctas_add_their_partial_tiles_through_distributed_shared_memory(cu
 
 @pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
 def test_every_proposal_is_a_wgmma_kernel_the_device_runs(cls):
-    """414 of the space's 1024 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
-    divide M, cluster 2 needs producer 1 and no split, the largest tiles with 5 stages exceed the shared
-    memory): the tuners propose only those."""
+    """756 of the space's 3328 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
+    divide M, cluster 2 needs producer 1 and no split, deep stages exceed the shared memory: 14 fit of
+    64 x 64 tiles, 7 of 128 x 128, 4 of 128 x 256): the tuners propose only those."""
     wl = parse_name(LARGE)
     space = SearchSpace.from_json(wgmma.search_space(wl))
-    assert sum(not KernelRules(wl, wgmma, SM90).problems(c) for c in space.values()) == 414
+    rules = KernelRules(wl, wgmma, SM90)
+    valid = [c for c in space.values() if not rules.problems(c)]
+    assert len(valid) == 756
+    deepest = {(c["rows"], c["cols"]): max(v["stages"] for v in valid if (v["rows"], v["cols"]) == (c["rows"], c["cols"]))
+               for c in valid}
+    assert deepest == {(64, 64): 14, (64, 128): 9, (64, 256): 5, (128, 64): 9, (128, 128): 7, (128, 256): 4}
     evaluate = stand_in(wl, wgmma, SM90)
     tuner = make_tuner(cls, wgmma.search_space(wl), workload=LARGE, target="sm_90", seed=1)
     run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=4).run(40)

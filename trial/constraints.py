@@ -52,6 +52,9 @@ def device_rules(target: Target) -> list[Rule]:
     return [
         Rule(lambda r, c: float(bool(r.get("async_copy")) and not target.async_copy), 0.0,
              lambda r, c: f"asynchronous copies (cp.async) need CUDA sm_80 or newer, not {target.device_name}"),
+        Rule(lambda r, c: float(bool(r.get("async_copy")) and r["threads"] < 2), 0.0, grows=False,
+             message=lambda r, c: "asynchronous copies (cp.async) in a block of one thread: TVM 0.27 can leave "
+                                  "their copy group (tirx.dma_start_group) unlowered there"),
         Rule(lambda r, c: float(r.get("min_cuda_arch", 0) > target.cuda_arch), 0.0,
              lambda r, c: f"these tensor-core instructions need CUDA sm_{r['min_cuda_arch']} or newer, "
                           f"not {target.device_name}"),

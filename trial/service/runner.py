@@ -68,6 +68,17 @@ def _reference(op: str, spec: str, seed: int) -> verify.Reference:
     return _REFERENCES[key]
 
 
+def _free_memory(tgt: Target, index: int) -> str:
+    """How much of the device's memory was free after an error, so that a failed allocation tells whether
+    other processes had filled the device ("" where the context no longer answers)."""
+    try:
+        dev = tgt.device(index)
+        free, total = dev.available_global_memory, dev.total_global_memory
+    except Exception:  # the error left no usable context
+        return ""
+    return "" if free is None else f" (device memory free: {free / 2**30:.1f} of {total / 2**30:.1f} GiB)"
+
+
 @contextmanager
 def _loaded(path: str, tgt: Target, index: int, runner: str, key: tuple[str, int],
             reference: verify.Reference) -> Iterator[tuple[Any, Any, list[Any] | None]]:
@@ -100,5 +111,6 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
             return {"status": Status.WRONG_RESULT, "reason": str(err)}
         except Exception as err:  # a launch failure, a CUDA error, a lost server: the context may be lost
             where = "" if runner == LOCAL else f"{runner}: "
-            return {"status": Status.RUNTIME_ERROR, "reason": where + error_reason(err), "replace": True}
+            reason = where + error_reason(err) + (_free_memory(tgt, index) if runner == LOCAL else "")
+            return {"status": Status.RUNTIME_ERROR, "reason": reason, "replace": True}
     return {"status": Status.OK, **timing.metrics(reference.wl)}

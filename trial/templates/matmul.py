@@ -124,13 +124,16 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
 
 
 def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
-    """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread."""
+    """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread.
+
+    Registers: the accumulators of one batch (the write-back follows each batch), the fragments of all
+    K[3] steps (where the K[3] loop is not unrolled, nvcc keeps deeper fragment arrays in local memory)
+    and 16 for addresses and indices (docs/benchmarks.md, "What the compiler says")."""
     X, Y, K = p["X"], p["Y"], p["K"]
     item = np.dtype(wl.dtype).itemsize
     tiles = sum(rows * (length + p["pad"]) for rows, length in shared_tiles(wl, p))
     shared = tiles * item * pipeline_buffers(p["pipeline"])
-    batch_inner = p["B"][1] if wl.op == "bmm" else 1
-    accumulators = batch_inner * X[1] * X[3] * Y[1] * Y[3]
+    accumulators = X[1] * X[3] * Y[1] * Y[3]  # one batch's: a thread sums its batches one after another
     fragments = (X[1] * X[3] + Y[1] * Y[3]) * K[3]
     return {"threads": X[2] * Y[2], "thread_dims": (Y[2], X[2], 1), "shared_bytes": shared,
             "registers_per_thread": accumulators + fragments + 16, "async_copy": p["pipeline"] >= 2}
