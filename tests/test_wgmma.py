@@ -49,7 +49,7 @@ def test_the_device_and_the_tiles_decide_what_is_valid():
     with pytest.raises(check.InvalidConfig, match=r"247808 bytes of shared memory per block > device limit 232448; "
                                                   r"rows 128 do not divide N 192"):
         check.check(small, wgmma, {"rows": 128, "cols": 256, "stages": 5, "in_flight": 0, "producer": 0, "cluster": 1,
-                                   "split": 1}, SM90)
+                                   "split": 1, "epilogue": 0}, SM90)
     assert wgmma.default_params(small, True)["rows"] == 64
     check.check(small, wgmma, wgmma.default_params(small, True), SM90)
     with pytest.raises(check.InvalidConfig, match="K 96 is not a multiple of the 64-deep K tile"):
@@ -59,6 +59,8 @@ def test_the_device_and_the_tiles_decide_what_is_valid():
         check.check(three_tiles, wgmma, {**wgmma.default_params(three_tiles, True), "split": 2}, SM90)
     with pytest.raises(check.InvalidConfig, match=r"shares B \(cluster 2\) or splits K \(split > 1\), not both"):
         check.check(wl, wgmma, {**wgmma.default_params(wl, True), "producer": 1, "cluster": 2, "split": 2}, SM90)
+    with pytest.raises(check.InvalidConfig, match="split CTAs store the sums they add up themselves: epilogue 1 needs split 1"):
+        check.check(wl, wgmma, {**wgmma.default_params(wl, True), "split": 2, "epilogue": 1}, SM90)
     split = {**wgmma.default_params(wl, True), "rows": 128, "cols": 256, "stages": 2, "split": 2}
     assert wgmma.resources(wl, split)["shared_bytes"] == 2 * 1024 + 128 * 256 * 4  # the partial tile, over the stages
     check.check(wl, wgmma, split, SM90)
@@ -99,6 +101,22 @@ def test_the_deepest_pipelines_the_shared_memory_holds_compile(cuda_toolkit, row
     assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a")), config
 
 
+@pytest.mark.parametrize("rows,cols,cluster", [(64, 64, 1), (128, 256, 2)])
+def test_the_staged_epilogue_writes_whole_rows_in_16_byte_segments(cuda_toolkit, rows, cols, cluster):
+    """`epilogue` 1: the tile goes through shared memory, and each thread writes C in 16-byte segments (cols / 16
+    of them), no 4-byte pairs; without it, each thread stores its own pairs."""
+    wl = parse_name("mm/N512K1024M1024PTT_f16")
+    config = {**wgmma.default_params(wl, True), "rows": rows, "cols": cols, "stages": 2, "producer": 1,
+              "cluster": cluster, "epilogue": 1}
+    check.check(wl, wgmma, config, SM90)
+    source = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source()
+    assert len(re.findall(r"\*\(uint4\*\)\(C_ptr \+", source)) == cols // 16
+    assert not re.findall(r"\*\(half2\*\)\(C_ptr \+", source)
+    direct = build.build(wl, wgmma, {**config, "epilogue": 0}, SM90).mod.imports[0].inspect_source()
+    assert len(re.findall(r"\*\(half2\*\)\(C_ptr \+", direct)) == cols // 4  # two pairs per 8-column group
+    assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a"))
+
+
 @pytest.mark.parametrize("split,cols", [(2, 64), (4, 128), (8, 256)])
 def test_split_ctas_add_their_partial_tiles_through_distributed_shared_memory(cuda_toolkit, split, cols):
     """Each of a cluster's `split` CTAs multiplies its share of K, then sums its share of the tile's 8-column
@@ -122,14 +140,15 @@ def test_split_ctas_add_their_partial_tiles_through_distributed_shared_memory(cu
 
 @pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
 def test_every_proposal_is_a_wgmma_kernel_the_device_runs(cls):
-    """756 of the space's 3328 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
+    """1008 of the space's 6656 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
     divide M, cluster 2 needs producer 1 and no split, deep stages exceed the shared memory: 14 fit of
-    64 x 64 tiles, 7 of 128 x 128, 4 of 128 x 256): the tuners propose only those."""
+    64 x 64 tiles, 7 of 128 x 128, 4 of 128 x 256; a staged epilogue only without split): the tuners
+    propose only those."""
     wl = parse_name(LARGE)
     space = SearchSpace.from_json(wgmma.search_space(wl))
     rules = KernelRules(wl, wgmma, SM90)
     valid = [c for c in space.values() if not rules.problems(c)]
-    assert len(valid) == 756
+    assert len(valid) == 1008
     deepest = {(c["rows"], c["cols"]): max(v["stages"] for v in valid if (v["rows"], v["cols"]) == (c["rows"], c["cols"]))
                for c in valid}
     assert deepest == {(64, 64): 14, (64, 128): 9, (64, 256): 5, (128, 64): 9, (128, 128): 7, (128, 256): 4}

@@ -24,14 +24,17 @@ BOX = 64  # a box of an MN-major operand: 64 x 64 elements, 8 KiB
 SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B, and the descriptor's layout type for it
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 WARPGROUP = 128
+C_PAD = 8  # float16 elements after each row of the staged output tile: rows 4 banks apart, 16-byte aligned
 
 
 def shared_bytes(p: dict[str, Any]) -> int:
     """The kernel's dynamic shared pool: mbarriers (padded to `ALIGN`), the stages (or, where it is larger,
-    the float32 tile a split CTA hands to its cluster), `ALIGN` of slack for aligning the stages at run time."""
+    the float32 tile a split CTA hands to its cluster, or the staged float16 output tile), `ALIGN` of slack
+    for aligning the stages at run time."""
     stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE * 2
     partial = p["rows"] * p["cols"] * 4 if p["split"] > 1 else 0
-    return 2 * ALIGN + max(stages, partial)
+    staged = p["rows"] * (p["cols"] + C_PAD) * 2 if p.get("epilogue") else 0
+    return 2 * ALIGN + max(stages, partial, staged)
 
 
 class Operand:
@@ -65,11 +68,12 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
 
     n, k, m = wl.dims["N"], wl.dims["K"], wl.dims["M"]
     rows, cols, stages, in_flight = p["rows"], p["cols"], p["stages"], p["in_flight"]
-    producer, cluster, split = p["producer"], p["cluster"], p["split"]
+    producer, cluster, split, epilogue = p["producer"], p["cluster"], p["split"], p.get("epilogue", 0)
     a_shape, b_shape = wl.input_shapes
     a = Operand(wl.layout[0] == "N", rows, n, k)
     b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster)
     tiles, consumers, acc_len = k // K_TILE // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
+    staged_len = rows * (cols + C_PAD) if epilogue else 8
     groups = acc_len // 4  # a thread's accumulators by fours: one 8-column group, rows r and r + 8
     ctas = cluster * split  # CTAs of a cluster
     issuer = consumers * WARPGROUP if producer else 0  # the thread that issues the copies
@@ -117,6 +121,17 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         for v in T.vectorized(2):
             C[row + 8, col + v] = T.Cast("float16", vals[base + 2 + v])
 
+    @T.macro
+    def stage_out(tile, vals, base, g, tx):
+        """A thread's four sums vals[base:base + 4] of 8-column group `g` to the staged output tile (rows
+        `C_PAD` apart, so a warp's 8 rows x 4 lanes of pairs fall in 32 banks)."""
+        row = T.meta_var((tx // WARPGROUP) * 64 + ((tx % WARPGROUP) // 32) * 16 + (tx % 32) // 4)
+        col = T.meta_var(g * 8 + (tx % 4) * 2)
+        for v in T.vectorized(2):
+            tile[row * (cols + C_PAD) + col + v] = T.Cast("float16", vals[base + v])
+        for v in T.vectorized(2):
+            tile[(row + 8) * (cols + C_PAD) + col + v] = T.Cast("float16", vals[base + 2 + v])
+
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
         A = T.match_buffer(A_ptr, a_shape, dtype="float16", align=16)
@@ -147,6 +162,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         B_s = pool.alloc((stages * b_stage,), "float16", align=ALIGN)
         pool.move_base_to(ALIGN)  # a split CTA's partial tile: over the stages, read by then
         partial = pool.alloc((rows * cols if split > 1 else 4,), "float32", align=16)
+        pool.move_base_to(ALIGN)  # the staged output tile: over the stages, read by then
+        staged = pool.alloc((staged_len,), "float16", align=16)
         pool.commit(shared_bytes(p))
         # the dynamic shared base is only 64-byte aligned: shift the tiles to a 1024-byte boundary
         pad: T.int32
@@ -201,9 +218,21 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                         load(A_s, B_s, pad, bars, a_map, b_map, (t - in_flight) % stages,
                              first + t - in_flight + stages, bx, by, part)
             T.ptx.wgmma.wait_group.sync.aligned(0)
-            if split == 1:
+            if split == 1 and epilogue == 0:
                 for g in T.unroll(0, groups):
                     store(C, acc, g * 4, g, bx, by, tx)
+        if epilogue == 1:  # the tile through shared memory, then out in 16-byte row segments
+            T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the staged tile may overwrite them
+            if tx < consumers * WARPGROUP:
+                for g in T.unroll(0, groups):
+                    stage_out(staged, acc, g * 4, g, tx)
+            T.cuda.cta_sync()
+            if tx < consumers * WARPGROUP:
+                for i in T.unroll(0, cols // 16):  # rows x cols / 8 segments over consumers x 128 threads
+                    seg = T.meta_var(i * (consumers * WARPGROUP) + tx)
+                    for v in T.vectorized(8):
+                        C[by * rows + seg // (cols // 8), bx * cols + seg % (cols // 8) * 8 + v] = \
+                            staged[seg // (cols // 8) * (cols + C_PAD) + seg % (cols // 8) * 8 + v]
         if split > 1:
             T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the partial tile may overwrite them
             if tx < consumers * WARPGROUP:  # thread-minor, four floats a thread: 16-byte stores, no bank conflict
