@@ -29,12 +29,12 @@ C_PAD = 8  # float16 elements after each row of the staged output tile: rows 4 b
 
 def shared_bytes(p: dict[str, Any]) -> int:
     """The kernel's dynamic shared pool: mbarriers (padded to `ALIGN`), the stages (or, where it is larger,
-    the float32 tile a split CTA hands to its cluster, or the staged float16 output tile), `ALIGN` of slack
-    for aligning the stages at run time."""
+    the float32 tile a split CTA hands to its cluster and the staged float16 output after it), `ALIGN` of
+    slack for aligning the stages at run time."""
     stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE * 2
-    partial = p["rows"] * p["cols"] * 4 if p["split"] > 1 else 0
-    staged = p["rows"] * (p["cols"] + C_PAD) * 2 if p.get("epilogue") else 0
-    return 2 * ALIGN + max(stages, partial, staged)
+    partial = p["rows"] * p["cols"] * 4 if p["split"] > 1 else 16
+    staged = p["rows"] * (p["cols"] // p["split"] + C_PAD) * 2 if p.get("epilogue") else 0
+    return 2 * ALIGN + max(stages, partial + staged)
 
 
 class Operand:
@@ -73,7 +73,9 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     a = Operand(wl.layout[0] == "N", rows, n, k)
     b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster)
     tiles, consumers, acc_len = k // K_TILE // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
-    staged_len = rows * (cols + C_PAD) if epilogue else 8
+    width = cols // split  # the columns a CTA stores: its tile's, or its share of a split tile's
+    staged_len = rows * (width + C_PAD) if epilogue else 8
+    threads, segments = consumers * WARPGROUP, rows * width // 8  # 16-byte segments of the staged tile
     groups = acc_len // 4  # a thread's accumulators by fours: one 8-column group, rows r and r + 8
     ctas = cluster * split  # CTAs of a cluster
     issuer = consumers * WARPGROUP if producer else 0  # the thread that issues the copies
@@ -123,14 +125,25 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
 
     @T.macro
     def stage_out(tile, vals, base, g, tx):
-        """A thread's four sums vals[base:base + 4] of 8-column group `g` to the staged output tile (rows
-        `C_PAD` apart, so a warp's 8 rows x 4 lanes of pairs fall in 32 banks)."""
+        """A thread's four sums vals[base:base + 4] of the staged tile's 8-column group `g` to it (rows
+        `C_PAD` apart, so a warp's 8 rows x 4 lanes of pairs fall in distinct banks)."""
         row = T.meta_var((tx // WARPGROUP) * 64 + ((tx % WARPGROUP) // 32) * 16 + (tx % 32) // 4)
         col = T.meta_var(g * 8 + (tx % 4) * 2)
         for v in T.vectorized(2):
-            tile[row * (cols + C_PAD) + col + v] = T.Cast("float16", vals[base + v])
+            tile[row * (width + C_PAD) + col + v] = T.Cast("float16", vals[base + v])
         for v in T.vectorized(2):
-            tile[(row + 8) * (cols + C_PAD) + col + v] = T.Cast("float16", vals[base + 2 + v])
+            tile[(row + 8) * (width + C_PAD) + col + v] = T.Cast("float16", vals[base + 2 + v])
+
+    @T.macro
+    def write_out(C, tile, first_col, bx, by, tx):
+        """The staged tile to C's columns from `first_col` of the block's, in 16-byte segments: a warp writes
+        whole rows."""
+        for i in T.unroll(0, (segments + threads - 1) // threads):
+            seg = T.meta_var(i * threads + tx)
+            if seg < segments:
+                for v in T.vectorized(8):
+                    C[by * rows + seg // (width // 8), bx * cols + first_col + seg % (width // 8) * 8 + v] = \
+                        tile[seg // (width // 8) * (width + C_PAD) + seg % (width // 8) * 8 + v]
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
@@ -162,8 +175,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         B_s = pool.alloc((stages * b_stage,), "float16", align=ALIGN)
         pool.move_base_to(ALIGN)  # a split CTA's partial tile: over the stages, read by then
         partial = pool.alloc((rows * cols if split > 1 else 4,), "float32", align=16)
-        pool.move_base_to(ALIGN)  # the staged output tile: over the stages, read by then
-        staged = pool.alloc((staged_len,), "float16", align=16)
+        staged = pool.alloc((staged_len,), "float16", align=16)  # the output tile, after the partial one
         pool.commit(shared_bytes(p))
         # the dynamic shared base is only 64-byte aligned: shift the tiles to a 1024-byte boundary
         pad: T.int32
@@ -221,18 +233,14 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
             if split == 1 and epilogue == 0:
                 for g in T.unroll(0, groups):
                     store(C, acc, g * 4, g, bx, by, tx)
-        if epilogue == 1:  # the tile through shared memory, then out in 16-byte row segments
+        if split == 1 and epilogue == 1:  # the tile through shared memory, then out in 16-byte row segments
             T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the staged tile may overwrite them
-            if tx < consumers * WARPGROUP:
+            if tx < threads:
                 for g in T.unroll(0, groups):
                     stage_out(staged, acc, g * 4, g, tx)
             T.cuda.cta_sync()
-            if tx < consumers * WARPGROUP:
-                for i in T.unroll(0, cols // 16):  # rows x cols / 8 segments over consumers x 128 threads
-                    seg = T.meta_var(i * (consumers * WARPGROUP) + tx)
-                    for v in T.vectorized(8):
-                        C[by * rows + seg // (cols // 8), bx * cols + seg % (cols // 8) * 8 + v] = \
-                            staged[seg // (cols // 8) * (cols + C_PAD) + seg % (cols // 8) * 8 + v]
+            if tx < threads:
+                write_out(C, staged, 0, bx, by, tx)
         if split > 1:
             T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the partial tile may overwrite them
             if tx < consumers * WARPGROUP:  # thread-minor, four floats a thread: 16-byte stores, no bank conflict
@@ -260,7 +268,14 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                     for r in T.unroll(1, split):  # in rank order in every CTA and run: deterministic sums
                         for v in T.unroll(0, 4):
                             acc[j * 4 + v] = acc[j * 4 + v] + peer_sums[r * 4 + v]
-                    store(C, acc, j * 4, g, bx, by, tx)
+                    if epilogue == 1:  # staged after the partial tile, which peers may still be reading
+                        stage_out(staged, acc, j * 4, j, tx)
+                    else:
+                        store(C, acc, j * 4, g, bx, by, tx)
+            if epilogue == 1:
+                T.cuda.cta_sync()
+                if tx < threads:
+                    write_out(C, staged, rank * width, bx, by, tx)
         if ctas > 1:
             T.cuda.cluster_sync()  # no CTA leaves while a peer may still arrive on its barriers or read its tile
     # fmt: on
