@@ -17,6 +17,8 @@ import psutil
 import pytest
 
 from trial.service import client, runner
+from trial.service.pools import Builders
+from trial.service.worker import DEVICE_VARIABLES, Worker
 from trial.measure import Options, measure
 from trial.records import Records
 from trial.target import resolve
@@ -229,3 +231,18 @@ def test_a_failed_run_on_a_gpu_says_how_much_of_its_memory_was_free():
                                                                total_global_memory=80 * 2**30))
     assert runner._free_memory(gpu, 0) == " (device memory free: 3.0 of 80.0 GiB)"
     assert runner._free_memory(resolve("llvm"), 0) == ""
+
+
+def test_build_workers_see_no_gpu_and_runners_see_the_callers(monkeypatch):
+    """A build worker compiles for the target the service describes, so it is given no device: TVM's CUDA build
+    opens a context where it sees one (about 0.5 GiB of the GPU per build worker, seen on an H200).  Runners
+    keep the devices of the service's environment."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    builders = Builders(1)
+    runner = Worker("runner-test")
+    try:
+        assert [builders.all[0].call("os:getenv", name) for name in DEVICE_VARIABLES] == ["", "", ""]
+        assert runner.call("os:getenv", "CUDA_VISIBLE_DEVICES") == "2"
+    finally:
+        builders.all[0].stop()
+        runner.stop()

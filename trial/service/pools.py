@@ -108,7 +108,7 @@ class Builders:
 
     def __init__(self, size: int) -> None:
         self._free: queue.LifoQueue[Worker] = queue.LifoQueue()
-        self.all = [Worker(f"build-{i}") for i in range(size)]
+        self.all = [Worker(f"build-{i}", devices=False) for i in range(size)]
         for worker in reversed(self.all):
             self._free.put(worker)
 

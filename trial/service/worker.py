@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 _SPAWN = mp.get_context("spawn")
+DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 CANCEL_POLL_S = 0.5
 _conn = None  # inside a worker: the pipe to its owner
 
@@ -57,9 +58,11 @@ def _watch_owner(owner: int) -> None:
     os._exit(3)
 
 
-def _serve(conn: Any, owner: int) -> None:
+def _serve(conn: Any, owner: int, devices: bool = True) -> None:
     global _conn
     _conn = conn
+    if not devices:  # TVM's CUDA build opens a context (about 0.5 GiB of the GPU) where it sees a device
+        os.environ.update(dict.fromkeys(DEVICE_VARIABLES, ""))
     # TVM's FFI imports PyTorch where it is installed and asks it whether CUDA is available, which
     # initialises CUDA and takes seconds; workers never use PyTorch (docs/gpu-processes.md).
     sys.modules.setdefault("torch", None)
@@ -88,8 +91,9 @@ def exit_reason(code: int | None) -> str:
 class Worker:
     """A spawned process that runs `call`s one at a time; started on first use, again after it dies."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, devices: bool = True) -> None:
+        """`devices` False: the worker sees no GPU (a build worker, which compiles for a described target)."""
+        self.name, self.devices = name, devices
         self._proc: Any = None
         self._conn: Any = None
         self._lock = threading.Lock()  # one call at a time, and no start while one runs
@@ -104,7 +108,8 @@ class Worker:
 
     def _start(self) -> None:
         ours, theirs = _SPAWN.Pipe()
-        self._proc = _SPAWN.Process(target=_serve, args=(theirs, os.getpid()), name=self.name, daemon=True)
+        self._proc = _SPAWN.Process(target=_serve, args=(theirs, os.getpid(), self.devices), name=self.name,
+                                    daemon=True)
         self._proc.start()
         theirs.close()
         self._conn = ours
