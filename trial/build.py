@@ -58,7 +58,9 @@ def compile_module(mod: tvm.IRModule, target: Any, async_copy: bool = False, run
     Returns a tvm.runtime.Executable, or with `runtime_module` the runtime Module itself, which is what
     MetaSchedule's builder exports.
     """
-    with tvm.transform.PassContext(config=pass_config(async_copy)):
+    # in the target's scope, so that TVM's CUDA compile callback takes its arch from it instead of asking
+    # the GPU (which opens a context, and fails in a process that sees no device: a build worker)
+    with tvm.transform.PassContext(config=pass_config(async_copy)), tvm.target.Target(target):
         if runtime_module:
             return runtime_build(mod, target=target, pipeline=PIPELINE)
         return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)

@@ -123,7 +123,9 @@ def compile_kernel(mod: tvm.IRModule, target: Target) -> Any:
     """TVM's TIRx pipeline for sm_90a, the architecture with wgmma (a plain sm_90 build rejects it)."""
     import tvm
 
-    return tvm.compile(mod, target={**target.target, "arch": "sm_90a"}, tir_pipeline="tirx")
+    sm_90a = tvm.target.Target({**target.target, "arch": "sm_90a"})
+    with sm_90a:  # TVM's CUDA compile callback reads the arch from the current target (build.compile_module)
+        return tvm.compile(mod, target=sm_90a, tir_pipeline="tirx")
 
 
 def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
