@@ -4,8 +4,10 @@ import random
 import re
 
 import pytest
+import tvm
 
 from trial import build, check, templates
+from trial.archs import target_of
 from trial.measure import Options, measure
 from trial.target import DeviceLimits, Target
 from trial.templates.common import PIPELINE_DEPTHS
@@ -204,3 +206,17 @@ def test_device_limits_from_the_cache_reject_gpu_knobs(private_service):
     # knobs within the cached limits go to a child, which finds no CUDA device on this machine
     r = measure(wl, templates.load(wl).default_params(wl, True), Options(target="cuda"))
     assert r.status == "invalid" and "no CUDA device" in r.reason and "stages" in r.extra
+
+
+def test_gpu_kernels_compile_in_their_targets_scope(monkeypatch):
+    """TVM's CUDA compile callback takes the arch from the current target and otherwise asks GPU 0, which opens a
+    context and fails in a build worker, which sees no GPU: every GPU build runs in its target's scope."""
+    scopes, compile_ = [], tvm.compile
+    monkeypatch.setattr(tvm, "compile", lambda *args, **kw: (scopes.append(tvm.target.Target.current(allow_none=True)),
+                                                             compile_(*args, **kw))[1])
+    sm_90 = target_of("sm_90")
+    for name in ("mm/N512K1024M1024", "mm/N512K1024M1024_f16", "bmm/B960N128K64M128PNT_f16"):
+        wl = parse(*name.split("/"))
+        template = templates.load(wl, target=sm_90)
+        build.build(wl, template, template.default_params(wl, True), sm_90)
+    assert [str(scope.attrs["arch"]) for scope in scopes] == ["sm_90", "sm_90a", "sm_90"]
