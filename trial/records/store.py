@@ -151,10 +151,11 @@ class Records:
         out, seen = [], set()
         for rec in self.query(workload, device, "ok", best_first=True):
             params = rec.params if fits is None else fits(rec.params)
-            key = params_key(params)
-            if params is not None and key not in seen:
-                seen.add(key)
-                out.append(replace(rec, params=params))
+            key = None if params is None else params_key(params)
+            if key is None or key in seen:
+                continue
+            seen.add(key)
+            out.append(replace(rec, params=params))
             if len(out) == n:
                 break
         return out

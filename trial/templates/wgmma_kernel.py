@@ -33,7 +33,7 @@ def shared_bytes(p: dict[str, Any]) -> int:
     slack for aligning the stages at run time."""
     stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE * 2
     partial = p["rows"] * p["cols"] * 4 if p["split"] > 1 else 16
-    staged = p["rows"] * (p["cols"] // p["split"] + C_PAD) * 2 if p.get("epilogue") else 0
+    staged = p["rows"] * (p["cols"] // p["split"] + C_PAD) * 2 if p["epilogue"] else 0
     return 2 * ALIGN + max(stages, partial + staged)
 
 
@@ -68,17 +68,18 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
 
     n, k, m = wl.dims["N"], wl.dims["K"], wl.dims["M"]
     rows, cols, stages, in_flight = p["rows"], p["cols"], p["stages"], p["in_flight"]
-    producer, cluster, split, epilogue = p["producer"], p["cluster"], p["split"], p.get("epilogue", 0)
+    producer, cluster, split, epilogue = p["producer"], p["cluster"], p["split"], p["epilogue"]
     a_shape, b_shape = wl.input_shapes
     a = Operand(wl.layout[0] == "N", rows, n, k)
     b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster)
     tiles, consumers, acc_len = k // K_TILE // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
     width = cols // split  # the columns a CTA stores: its tile's, or its share of a split tile's
     staged_len = rows * (width + C_PAD) if epilogue else 8
-    threads, segments = consumers * WARPGROUP, rows * width // 8  # 16-byte segments of the staged tile
+    threads = consumers * WARPGROUP  # the consumer warpgroups' threads
+    segments = rows * width // 8  # 16-byte segments of the staged tile
     groups = acc_len // 4  # a thread's accumulators by fours: one 8-column group, rows r and r + 8
     ctas = cluster * split  # CTAs of a cluster
-    issuer = consumers * WARPGROUP if producer else 0  # the thread that issues the copies
+    issuer = threads if producer else 0  # the thread that issues the copies
     issued = tiles if producer else min(stages, tiles)  # tiles it loads before (or without) the consumers
     a_stage, b_stage = rows * K_TILE, cols * K_TILE
     stage_bytes = (a_stage + b_stage) * 2  # what arrives in each CTA, its cluster peer's part of B included
@@ -201,7 +202,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                 if t >= stages:  # the consumers' release of this stage's previous tile (producer only)
                     T.cuda.mbarrier_wait(T.address_of(bars[stages + t % stages]), (t // stages + 1) % 2)
                 load(A_s, B_s, pad, bars, a_map, b_map, t % stages, first + t, bx, by, part)
-        if tx < consumers * WARPGROUP:
+        if tx < threads:
             for i in T.unroll(0, acc_len):
                 acc[i] = T.float32(0.0)
             for t in T.serial(0, tiles):
@@ -243,13 +244,13 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                 write_out(C, staged, 0, bx, by, tx)
         if split > 1:
             T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the partial tile may overwrite them
-            if tx < consumers * WARPGROUP:  # thread-minor, four floats a thread: 16-byte stores, no bank conflict
+            if tx < threads:  # thread-minor, four floats a thread: 16-byte stores, no bank conflict
                 for g in T.unroll(0, groups):
                     for v in T.vectorized(4):
                         partial[((tx // WARPGROUP) * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4 + v] = \
                             acc[g * 4 + v]
             T.cuda.cluster_sync()  # every CTA's partial tile is written and visible to the cluster
-            if tx < consumers * WARPGROUP:  # CTA `rank` sums and stores groups [rank, rank + 1) * groups / split
+            if tx < threads:  # CTA `rank` sums and stores groups [rank, rank + 1) * groups / split
                 peer_sums = T.alloc_local((split * 4,), "float32")
                 peer = T.alloc_local([1], "uint32")
                 for j in T.unroll(0, groups // split):
