@@ -53,18 +53,43 @@ def _env() -> dict[str, str]:
     return env
 
 
+START_ATTEMPTS = 3
+"""nnictl create gives the NNI manager it starts 3 s to answer (NNI 3.0, `nni.experiment.launcher`:
+`_check_rest_server` with 3 retries a second apart) and otherwise kills it and fails: on a loaded machine
+the manager is sometimes slower than that, so such a start is tried again."""
+
+
 def nnictl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run nnictl with this interpreter; with `check`, a failure raises with nnictl's own words."""
     done = subprocess.run([sys.executable, "-m", "nni.tools.nnictl.nnictl", *args], env=_env(),
                           capture_output=True, text=True, timeout=300)
     if check and done.returncode:
-        raise RuntimeError(f"nnictl {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        raise _failed(args, done)
     return done
 
 
+def _failed(args: tuple[str, ...], done: subprocess.CompletedProcess) -> RuntimeError:
+    return RuntimeError(f"nnictl {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+
+
+def _manager_too_slow(done: subprocess.CompletedProcess) -> bool:
+    """Whether nnictl create failed only because the NNI manager did not answer its status check in time."""
+    return done.returncode != 0 and "/check-status" in done.stdout + done.stderr
+
+
 def create(config: Path, port: int) -> str:
-    """Start the experiment; returns its id."""
-    nnictl("create", "--config", str(config), "--port", str(port))
+    """Start the experiment; returns its id.  A start whose manager answered too late is tried again
+    (`START_ATTEMPTS`); any other failure raises at once."""
+    args = ("create", "--config", str(config), "--port", str(port))
+    for attempt in range(1, START_ATTEMPTS + 1):
+        done = nnictl(*args, check=False)
+        if not _manager_too_slow(done) or attempt == START_ATTEMPTS:
+            break
+        print(f"nnictl create: the NNI manager did not answer within nnictl's 3 s (attempt {attempt} of "
+              f"{START_ATTEMPTS}); starting it again", file=sys.stderr)
+        time.sleep(attempt)
+    if done.returncode:
+        raise _failed(args, done)
     return _api(port, "/experiment")["id"]
 
 

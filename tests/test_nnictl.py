@@ -1,6 +1,9 @@
 """End to end: `nnictl create` on a tiny CPU experiment with OpEvo, then `nnictl stop` + `nnictl resume`."""
 import json
+import re
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from nni_experiment import free_port, log_tail, running, write_config
@@ -109,3 +112,31 @@ def test_other_tuners_run_to_done(tuner, tmp_path):
         assert r.status == "SUCCEEDED" and r.metric and r.metric["status"] in STATUSES
         assert r.metric["params"] == from_twin(native, sent[r.metric["parameter_id"]])
     assert any(r.metric["status"] == "ok" for r in records)
+
+
+SLOW_MANAGER = ("Create experiment failed: HTTPConnectionPool(host='localhost', port=8080): Max retries exceeded with "
+                "url: /api/v1/nni/check-status (Caused by NewConnectionError(... Connection refused))")
+
+
+@pytest.mark.parametrize("outputs,starts,raises", [
+    ([SLOW_MANAGER, ""], 2, False),  # the manager answered too late once: started again
+    ([SLOW_MANAGER] * 3, 3, True),  # every time: the last failure is raised, in nnictl's words
+    (["ERROR: Port 8080 is not idle"], 1, True),  # any other failure: raised at once
+])
+def test_create_starts_again_only_a_manager_that_answered_too_late(monkeypatch, outputs, starts, raises):
+    calls = []
+
+    def fake_nnictl(*args, check=True):
+        calls.append(args)
+        out = outputs[len(calls) - 1]
+        return subprocess.CompletedProcess(args, 1 if out else 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(tune, "nnictl", fake_nnictl)
+    monkeypatch.setattr(tune, "_api", lambda port, path: {"id": "abc123"})
+    monkeypatch.setattr(tune.time, "sleep", lambda s: None)
+    if raises:
+        with pytest.raises(RuntimeError, match=re.escape(outputs[-1][:40])):
+            tune.create(Path("config_opevo.yml"), 8080)
+    else:
+        assert tune.create(Path("config_opevo.yml"), 8080) == "abc123"
+    assert calls == [("create", "--config", "config_opevo.yml", "--port", "8080")] * starts

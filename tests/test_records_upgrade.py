@@ -73,9 +73,9 @@ def test_records_no_upgrade_fits_are_still_passed_over(tmp_path, stale):
 def test_tensor_core_records_from_before_split_k_and_wgmma_ones_before_split(tmp_path):
     f16 = parse_name("mm/N512K1024M1024_f16")
     mma = tensorcore.default_params(f16, True)
-    hopper = {k: v for k, v in wgmma.default_params(f16, True).items() if k != "split"}
+    hopper = {k: v for k, v in wgmma.default_params(f16, True).items() if k not in ("split", "slices")}
     found = best_of(tmp_path, f16, {**mma, "K": mma["K"][1:]}, hopper)
-    assert [r.params for r in found] == [mma, {**hopper, "split": 1}]
+    assert [r.params for r in found] == [mma, {**hopper, "split": 1, "slices": 1}]
 
 
 def test_warm_start_proposes_the_upgraded_config_where_the_space_holds_it(tmp_path, monkeypatch):

@@ -49,7 +49,7 @@ def test_the_device_and_the_tiles_decide_what_is_valid():
     with pytest.raises(check.InvalidConfig, match=r"247808 bytes of shared memory per block > device limit 232448; "
                                                   r"rows 128 do not divide N 192"):
         check.check(small, wgmma, {"rows": 128, "cols": 256, "stages": 5, "in_flight": 0, "producer": 0, "cluster": 1,
-                                   "split": 1, "epilogue": 0}, SM90)
+                                   "split": 1, "slices": 1, "epilogue": 0}, SM90)
     assert wgmma.default_params(small, True)["rows"] == 64
     check.check(small, wgmma, wgmma.default_params(small, True), SM90)
     with pytest.raises(check.InvalidConfig, match="K 96 is not a multiple of the 64-deep K tile"):
@@ -57,6 +57,12 @@ def test_the_device_and_the_tiles_decide_what_is_valid():
     three_tiles = parse_name("mm/N128K192M128_f16")
     with pytest.raises(check.InvalidConfig, match="split 2 does not divide K's 3 tiles of 64"):
         check.check(three_tiles, wgmma, {**wgmma.default_params(three_tiles, True), "split": 2}, SM90)
+    with pytest.raises(check.InvalidConfig, match="slices 2 do not divide a CTA's 3 K tiles; K slices take turns at "
+                                                  "the stages through mbarriers: slices 2 needs producer 1"):
+        check.check(three_tiles, wgmma, {**wgmma.default_params(three_tiles, True), "slices": 2}, SM90)
+    with pytest.raises(check.InvalidConfig, match=r"stages 2 <= in_flight 1 x slices 2: .* \(a deadlock\)"):
+        check.check(wl, wgmma, {**wgmma.default_params(wl, True), "producer": 1, "stages": 2, "slices": 2}, SM90)
+    check.check(wl, wgmma, {**wgmma.default_params(wl, True), "producer": 1, "stages": 3, "slices": 2, "rows": 64}, SM90)
     with pytest.raises(check.InvalidConfig, match=r"shares B \(cluster 2\) or splits K \(split > 1\), not both"):
         check.check(wl, wgmma, {**wgmma.default_params(wl, True), "producer": 1, "cluster": 2, "split": 2}, SM90)
     split = {**wgmma.default_params(wl, True), "rows": 128, "cols": 256, "stages": 2, "split": 2, "epilogue": 0}
@@ -64,6 +70,10 @@ def test_the_device_and_the_tiles_decide_what_is_valid():
     staged = {**split, "epilogue": 1}  # and the half of the output tile it stores, after it
     assert wgmma.resources(wl, staged)["shared_bytes"] == 2 * 1024 + 128 * 256 * 4 + 128 * (128 + 8) * 2
     check.check(wl, wgmma, split, SM90)
+    sliced = {**staged, "split": 1, "slices": 2, "producer": 1}  # slice 1's float32 tile, then the output tile
+    assert wgmma.resources(wl, sliced)["threads"] == 5 * 128
+    assert wgmma.resources(wl, sliced)["shared_bytes"] == 2 * 1024 + 128 * 256 * 4 + 128 * (256 + 8) * 2
+    assert wgmma.resources(wl, {**sliced, "split": 2})["shared_bytes"] == 2 * 1024 + 128 * 256 * 4 + 128 * 136 * 2
 
 
 @pytest.fixture(scope="module")
@@ -139,16 +149,37 @@ def test_split_ctas_add_their_partial_tiles_through_distributed_shared_memory(cu
     assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a"))
 
 
+@pytest.mark.parametrize("rows,cols,split,epilogue", [(64, 64, 1, 1), (64, 256, 1, 0), (128, 64, 2, 1)])
+def test_k_slices_take_alternate_tiles_and_hand_their_sums_to_slice_0(cuda_toolkit, rows, cols, split, epilogue):
+    """`slices` 2: twice the consumer warpgroups, each running half of the CTA's K tiles with accumulators of
+    its own; slice 1 writes its sums to shared memory in 16-byte stores, and only slice 0 stores C; within
+    the register estimate, no local memory."""
+    wl = parse_name("mm/N512K4096M1024PTN_f16")
+    config = {**wgmma.default_params(wl, True), "rows": rows, "cols": cols, "stages": 4, "producer": 1,
+              "split": split, "slices": 2, "epilogue": epilogue}
+    check.check(wl, wgmma, config, SM90)
+    threads = wgmma.resources(wl, config)["threads"]
+    assert threads == (rows // 64 * 2 + 1) * 128
+    source = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source()
+    kernel = source[source.index(f"__global__ void __launch_bounds__({threads})"):]
+    assert re.findall(r"for \(int i = 0; i < (\d+);", kernel)[0] == str(4096 // 64 // split // 2)
+    assert len(re.findall(r"\*\(float4\*\)\(\(\(float\*\)pool_buf_ptr\) \+ .*\) = \*\(float4\*\)\(acc_ptr", kernel)) == \
+        cols // 8 * (2 if split > 1 else 1)  # slice 1's sums, then a split CTA's partial tile
+    assert f"if (((int)threadIdx.x) < {rows * 2})" in kernel  # slice 0 alone sums and stores
+    assert all(k.stack_bytes == 0 and k.spill_bytes == 0 for k in compile_kernels(source, "sm_90a"))
+
+
 @pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
 def test_every_proposal_is_a_wgmma_kernel_the_device_runs(cls):
-    """1512 of the space's 6656 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
-    divide M, cluster 2 needs producer 1 and no split, deep stages exceed the shared memory: 14 fit of
-    64 x 64 tiles, 7 of 128 x 128, 4 of 128 x 256): the tuners propose only those."""
+    """2132 of the space's 13312 configs are valid for mm/N512K1024M4096_f16 on sm_90 (192-wide tiles do not
+    divide M, cluster 2 needs producer 1 and no split, K slices need producer 1 and more stages than they
+    hold, deep stages exceed the shared memory: 14 fit of 64 x 64 tiles, 7 of 128 x 128, 4 of 128 x 256):
+    the tuners propose only those."""
     wl = parse_name(LARGE)
     space = SearchSpace.from_json(wgmma.search_space(wl))
     rules = KernelRules(wl, wgmma, SM90)
     valid = [c for c in space.values() if not rules.problems(c)]
-    assert len(valid) == 1512
+    assert len(valid) == 2132
     deepest = {(c["rows"], c["cols"]): max(v["stages"] for v in valid if (v["rows"], v["cols"]) == (c["rows"], c["cols"]))
                for c in valid}
     assert deepest == {(64, 64): 14, (64, 128): 9, (64, 256): 5, (128, 64): 9, (128, 128): 7, (128, 256): 4}

@@ -26,12 +26,15 @@ Knobs:
                                           their partial tiles through distributed shared memory: more
                                           CTAs where the output has few tiles, larger tiles (less L2
                                           traffic) where it has many
+  slices    discrete [1, 2]               consumer warpgroups of a CTA that slice K: slice j multiplies K
+                                          tiles j, j + s, ... into accumulators of its own, so that a small
+                                          tile keeps two wgmma sequences in flight (needs producer 1)
   epilogue  discrete [0, 1]               how C is written: 0, each thread stores its sums as 4-byte pairs
                                           (a warp writes 16 bytes of each of 8 rows); 1, staged in shared
                                           memory and written in 16-byte segments, a warp covering whole rows
                                           (a split CTA stages the columns it sums)
 
-The kernel, its shared layout and descriptors: wgmma_kernel.py.
+The kernel: wgmma_kernel.py; its shared layout and descriptors: wgmma_operand.py.
 
 Only float16 mm whose N, M and K divide by 64 on sm_90 (`applies`); elsewhere tensorcore.py serves.
 """
@@ -42,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 from ..constraints import Rule
 from ..workload import Workload
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
-from .wgmma_kernel import K_TILE, WARPGROUP, kernel, shared_bytes
+from .wgmma_kernel import WARPGROUP, kernel, shared_bytes
+from .wgmma_operand import K_TILE
 
 if TYPE_CHECKING:
     import tvm
@@ -71,14 +75,16 @@ def search_space(wl: Workload) -> dict[str, Any]:
             "producer": {"_type": "discrete", "_value": [0, 1]},
             "cluster": {"_type": "discrete", "_value": [1, 2]},
             "split": {"_type": "discrete", "_value": [1, 2, 4, 8]},
+            "slices": {"_type": "discrete", "_value": [1, 2]},
             "epilogue": {"_type": "discrete", "_value": [0, 1]}}
 
 
 def upgrade(wl: Workload, params: dict[str, Any]) -> dict[str, Any]:
     """Recorded knobs as this version takes them, since records outlive knob changes: a config recorded before
     `split` measured the kernel that split 1 builds (each CTA multiplies all of K for its own output tile),
-    one recorded before `epilogue` the kernel of epilogue 0 (each thread stores its sums to C itself)."""
-    return {"split": 1, "epilogue": 0, **params}
+    one recorded before `epilogue` the kernel of epilogue 0 (each thread stores its sums to C itself), one
+    recorded before `slices` the kernel of slices 1."""
+    return {"split": 1, "epilogue": 0, "slices": 1, **params}
 
 
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
@@ -86,22 +92,27 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
     (H100; 385 with each thread storing its own sums), the best of a sweep of stages and epilogues there
     (64-row or 64-column tiles where N or M is not a multiple of 128)."""
     return {"rows": 128 if wl.dims["N"] % 128 == 0 else 64, "cols": 128 if wl.dims["M"] % 128 == 0 else 64,
-            "stages": 4, "in_flight": 1, "producer": 0, "cluster": 1, "split": 1, "epilogue": 1}
+            "stages": 4, "in_flight": 1, "producer": 0, "cluster": 1, "split": 1, "slices": 1,
+            "epilogue": 1}
 
 
 def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
-    """One warpgroup per 64 rows; dynamic shared memory for the stages, the mbarriers and the alignment
-    slack; registers: the m64nN accumulators (N/2 floats a thread) and 26 more, as ptxas counts them."""
-    threads = WARPGROUP * (p["rows"] // 64 + p["producer"])
+    """One warpgroup per 64 rows and K slice; dynamic shared memory for the stages, the mbarriers and the alignment
+    slack; registers: the m64nN accumulators (N/2 floats a thread) and 26 more, 42 with K slices (slice 0 adds
+    the others' sums), as ptxas counts them (at most 41 over the 200 sliced configs of two shapes without
+    spills; 128 x 128 sliced tiles of 640 threads, capped at 96, spill)."""
+    threads = WARPGROUP * (p["rows"] // 64 * p["slices"] + p["producer"])
     return {"threads": threads, "thread_dims": (threads, 1, 1), "shared_bytes": shared_bytes(p),
-            "registers_per_thread": p["cols"] // 2 + 26, "exact_cuda_arch": 90}
+            "registers_per_thread": p["cols"] // 2 + (26 if p["slices"] == 1 else 42), "exact_cuda_arch": 90}
 
 
 def rules(wl: Workload) -> list[Rule]:
     """Whole tiles only: K tiles and the block tile (and a cluster's pair of them) divide the operands (TMA
     would pad a partial box with zeros, but the loops and the epilogue take whole tiles), and each split
-    CTA gets as many K tiles; clusters that share B need the producer warpgroup; a cluster shares B or
-    splits K, not both."""
+    CTA gets as many K tiles, and each K slice of a CTA; clusters that share B and K slices need the producer
+    warpgroup; a cluster shares B or splits K, not both; the stages outnumber what the slices hold (a stage
+    is refilled once its tile's slice has committed `in_flight` tiles after it: stages 2, in_flight 1,
+    slices 2 hung on an H100)."""
     d = wl.dims
     return [Rule(lambda r, c: float(d["K"] % K_TILE != 0), 0.0, grows=False,
                  message=lambda r, c: f"K {d['K']} is not a multiple of the {K_TILE}-deep K tile"),
@@ -115,6 +126,15 @@ def rules(wl: Workload) -> list[Rule]:
                  message=lambda r, c: f"cols {c['cols']} do not divide M {d['M']}"),
             Rule(lambda r, c: float(d["K"] // K_TILE % c["split"] != 0), 0.0, grows=False,
                  message=lambda r, c: f"split {c['split']} does not divide K's {d['K'] // K_TILE} tiles of {K_TILE}"),
+            Rule(lambda r, c: float(d["K"] // K_TILE // c["split"] % c["slices"] != 0), 0.0, grows=False,
+                 message=lambda r, c: f"slices {c['slices']} do not divide a CTA's {d['K'] // K_TILE // c['split']} K "
+                                      f"tiles"),
+            Rule(lambda r, c: float(c["stages"] <= c["in_flight"] * c["slices"]), 0.0, grows=False,
+                 message=lambda r, c: f"stages {c['stages']} <= in_flight {c['in_flight']} x slices {c['slices']}: "
+                                      f"each slice holds its tile's stage and those of its tiles in flight, and "
+                                      f"the next tile's stage would never be released (a deadlock)"),
+            Rule(lambda r, c: float(c["slices"] > 1 and not c["producer"]), 0.0, grows=False,
+                 message=lambda r, c: "K slices take turns at the stages through mbarriers: slices 2 needs producer 1"),
             Rule(lambda r, c: float(c["cluster"] > 1 and c["split"] > 1), 0.0, grows=False,
                  message=lambda r, c: "a cluster shares B (cluster 2) or splits K (split > 1), not both")]
 

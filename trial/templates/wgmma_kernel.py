@@ -1,11 +1,9 @@
-"""The TIRx kernel of the wgmma template (wgmma.py declares its knobs, rules and resources).
+"""The TIRx kernel of the wgmma template (wgmma.py declares its knobs, rules and resources; wgmma_operand.py
+how each operand is laid out in shared memory and described).
 
-Shared layout: each K tile of an operand is stored as the TMA writes it with the 128-byte swizzle.  An
-operand whose K is contiguous (A of N*, B of *T) is one box of `rows` x 64; otherwise (A of T*, B of
-*N) it is `rows`/64 boxes of 64 (K) x 64, 8 KiB apart.  Their descriptors (16-byte units, PTX ISA
-"matrix descriptor"; the MN-major pair as CUTLASS's make_gmma_desc gives it, verified on an H100):
-K-major LBO 1 (unused), SBO 64 (8 rows of 128 B), k16 step +32 B; MN-major LBO 512 (between 64-wide
-boxes), SBO 64 (8 K rows), k16 step +2 KiB.  The wgmma's transpose bit is 1 for MN-major operands.
+A CTA's consumer warpgroups may also slice K (`slices` s: slice j multiplies K tiles j, j + s, ...), each
+slice with accumulators of its own, so that s wgmma sequences of the same tile are in flight at once; after
+the loop, slices 1.. hand their sums to slice 0 through shared memory.
 
 A cluster of CTAs either shares B (`cluster` 2: each loads half of every B box, multicast to both) or
 splits K (`split` s: each multiplies 1/s of the K tiles for the same output tile).  Split CTAs then
@@ -18,10 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..workload import Workload
+from .wgmma_operand import K_TILE, SWIZZLE_128B, Operand
 
-K_TILE = 64  # float16 elements of a 128-byte swizzle row
-BOX = 64  # a box of an MN-major operand: 64 x 64 elements, 8 KiB
-SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B, and the descriptor's layout type for it
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 WARPGROUP = 128
 C_PAD = 8  # float16 elements after each row of the staged output tile: rows 4 banks apart, 16-byte aligned
@@ -29,36 +25,12 @@ C_PAD = 8  # float16 elements after each row of the staged output tile: rows 4 b
 
 def shared_bytes(p: dict[str, Any]) -> int:
     """The kernel's dynamic shared pool: mbarriers (padded to `ALIGN`), the stages (or, where it is larger,
-    the float32 tile a split CTA hands to its cluster and the staged float16 output after it), `ALIGN` of
-    slack for aligning the stages at run time."""
+    the float32 tiles that K slices hand to slice 0 or a split CTA to its cluster, and the staged float16
+    output after them), `ALIGN` of slack for aligning the stages at run time."""
     stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE * 2
-    partial = p["rows"] * p["cols"] * 4 if p["split"] > 1 else 16
+    partial = p["rows"] * p["cols"] * 4 * max(p["slices"] - 1, p["split"] > 1) or 16
     staged = p["rows"] * (p["cols"] // p["split"] + C_PAD) * 2 if p["epilogue"] else 0
     return 2 * ALIGN + max(stages, partial + staged)
-
-
-class Operand:
-    """How one input's K tiles are loaded and described: K-major (one box of `rows` x 64) or MN-major
-    (`rows`/64 boxes of 64 x 64).  With `parts` CTAs sharing the tile, each loads 1/`parts` of every box
-    (K-major: of its rows, MN-major: of its 64 K rows), which the TMA multicasts to all of them."""
-
-    def __init__(self, k_major: bool, rows: int, extent: int, k: int, parts: int = 1) -> None:
-        self.k_major, self.rows, self.parts = k_major, rows, parts
-        self.boxes = 1 if k_major else rows // BOX
-        self.box_elems = rows * K_TILE if k_major else BOX * K_TILE
-        self.part_elems = self.box_elems // parts  # a part is whole 128-byte rows: the swizzle is unchanged
-        # tensor map: dims and box innermost first, the row stride in bytes
-        dims, box = ((k, extent), (K_TILE, rows // parts)) if k_major else ((extent, k), (BOX, K_TILE // parts))
-        self.tensor_map = [*dims, dims[0] * 2, *box, 1, 1, 0, SWIZZLE_128B, 2, 0]
-        self.lbo, self.sbo = (1, 64) if k_major else (512, 64)
-        self.k_step = 16 if k_major else 16 * BOX  # elements between the k16 slices of a tile
-        self.transpose = 0 if k_major else 1
-
-    def coords(self, tile: Any, first_row: Any, box: int, part: Any) -> tuple[Any, Any]:
-        """TMA coordinates (innermost first) of part `part` of box `box` of K tile `tile`, rows from `first_row`."""
-        if self.k_major:
-            return tile * K_TILE, first_row + part * (self.rows // self.parts)
-        return first_row + box * BOX, tile * K_TILE + part * (K_TILE // self.parts)
 
 
 def kernel(wl: Workload, p: dict[str, Any]) -> Any:
@@ -68,18 +40,20 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
 
     n, k, m = wl.dims["N"], wl.dims["K"], wl.dims["M"]
     rows, cols, stages, in_flight = p["rows"], p["cols"], p["stages"], p["in_flight"]
-    producer, cluster, split, epilogue = p["producer"], p["cluster"], p["split"], p["epilogue"]
+    producer, cluster, split, epilogue, slices = p["producer"], p["cluster"], p["split"], p["epilogue"], p["slices"]
     a_shape, b_shape = wl.input_shapes
     a = Operand(wl.layout[0] == "N", rows, n, k)
     b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster)
     tiles, consumers, acc_len = k // K_TILE // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
+    partial_len = rows * cols * max(slices - 1, split > 1) or 4
     width = cols // split  # the columns a CTA stores: its tile's, or its share of a split tile's
     staged_len = rows * (width + C_PAD) if epilogue else 8
-    threads = consumers * WARPGROUP  # the consumer warpgroups' threads
+    threads = consumers * WARPGROUP  # a K slice's threads: those of slice 0 sum the tile up and store it
+    workers = threads * slices  # every consumer thread
     segments = rows * width // 8  # 16-byte segments of the staged tile
     groups = acc_len // 4  # a thread's accumulators by fours: one 8-column group, rows r and r + 8
     ctas = cluster * split  # CTAs of a cluster
-    issuer = threads if producer else 0  # the thread that issues the copies
+    issuer = workers if producer else 0  # the thread that issues the copies
     issued = tiles if producer else min(stages, tiles)  # tiles it loads before (or without) the consumers
     a_stage, b_stage = rows * K_TILE, cols * K_TILE
     stage_bytes = (a_stage + b_stage) * 2  # what arrives in each CTA, its cluster peer's part of B included
@@ -168,14 +142,14 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
             bx, by = T.cta_id([m // cols, n // rows])
             part = T.meta_var(0)
             first = T.meta_var(0)
-        tx = T.thread_id([(consumers + producer) * WARPGROUP])
+        tx = T.thread_id([(consumers * slices + producer) * WARPGROUP])
         pool = T.SMEMPool()
         bars = pool.alloc((2 * stages,), "uint64", align=8)  # a "full" barrier per stage, then an "empty" one
         pool.move_base_to(ALIGN)
         A_s = pool.alloc((stages * a_stage,), "float16", align=ALIGN)
         B_s = pool.alloc((stages * b_stage,), "float16", align=ALIGN)
         pool.move_base_to(ALIGN)  # a split CTA's partial tile: over the stages, read by then
-        partial = pool.alloc((rows * cols if split > 1 else 4,), "float32", align=16)
+        partial = pool.alloc((partial_len,), "float32", align=16)
         staged = pool.alloc((staged_len,), "float16", align=16)  # the output tile, after the partial one
         pool.commit(shared_bytes(p))
         # the dynamic shared base is only 64-byte aligned: shift the tiles to a 1024-byte boundary
@@ -202,17 +176,19 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                 if t >= stages:  # the consumers' release of this stage's previous tile (producer only)
                     T.cuda.mbarrier_wait(T.address_of(bars[stages + t % stages]), (t // stages + 1) % 2)
                 load(A_s, B_s, pad, bars, a_map, b_map, t % stages, first + t, bx, by, part)
-        if tx < threads:
+        if tx < workers:
             for i in T.unroll(0, acc_len):
                 acc[i] = T.float32(0.0)
-            for t in T.serial(0, tiles):
+            for i in T.serial(0, tiles // slices):
+                t = T.meta_var(i * slices + tx // threads)  # this slice's i-th K tile
                 T.cuda.mbarrier_wait(T.address_of(bars[t % stages]), (t // stages) % 2)
                 T.cuda.warp_sync()
                 T.ptx.wgmma.fence.sync.aligned()
                 for j in T.unroll(0, 4):
                     T.cuda.wgmma.encode_matrix_descriptor(
                         T.address_of(desc_a),
-                        A_s.ptr_to([pad + (t % stages) * a_stage + (tx // WARPGROUP) * (64 * K_TILE) + j * a.k_step]),
+                        A_s.ptr_to([pad + (t % stages) * a_stage + (tx % threads // WARPGROUP) * (64 * K_TILE)
+                                   + j * a.k_step]),
                         a.lbo, a.sbo, SWIZZLE_128B)
                     T.cuda.wgmma.encode_matrix_descriptor(
                         T.address_of(desc_b), B_s.ptr_to([pad + (t % stages) * b_stage + j * b.k_step]),
@@ -220,18 +196,34 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                     T.ptx[wgmma](*[acc[i] for i in range(acc_len)], desc_a, desc_b, True, 1, 1, a.transpose,
                                  b.transpose)
                 T.ptx.wgmma.commit_group.sync.aligned()
-                # K tile t - in_flight is done with: its stage may be refilled
+                # this slice's K tile i - in_flight is done with: its stage may be refilled
                 T.ptx.wgmma.wait_group.sync.aligned(in_flight)
                 if producer == 1:
-                    if t >= in_flight and tx % WARPGROUP == 0:
-                        release(bars, (t - in_flight) % stages, part)
+                    if i >= in_flight and tx % WARPGROUP == 0:
+                        release(bars, (t - in_flight * slices) % stages, part)
                 else:
                     T.cuda.cta_sync()
                     if tx == 0 and t >= in_flight and t - in_flight + stages < tiles:
                         load(A_s, B_s, pad, bars, a_map, b_map, (t - in_flight) % stages,
                              first + t - in_flight + stages, bx, by, part)
             T.ptx.wgmma.wait_group.sync.aligned(0)
-            if split == 1 and epilogue == 0:
+        if slices > 1:  # slices 1.. hand their sums to slice 0, thread-minor as a split CTA's partial tile
+            T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the partial tiles may overwrite them
+            if tx >= threads and tx < workers:
+                for g in T.unroll(0, groups):
+                    for v in T.vectorized(4):
+                        partial[((tx // WARPGROUP - consumers) * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4
+                                + v] = acc[g * 4 + v]
+            T.cuda.cta_sync()
+            if tx < threads:  # in slice order: deterministic sums
+                for s in T.unroll(1, slices):
+                    for g in T.unroll(0, groups):
+                        for v in T.unroll(0, 4):
+                            acc[g * 4 + v] = acc[g * 4 + v] + partial[
+                                (((s - 1) * consumers + tx // WARPGROUP) * groups + g) * (4 * WARPGROUP)
+                                + tx % WARPGROUP * 4 + v]
+        if split == 1 and epilogue == 0:
+            if tx < threads:
                 for g in T.unroll(0, groups):
                     store(C, acc, g * 4, g, bx, by, tx)
         if split == 1 and epilogue == 1:  # the tile through shared memory, then out in 16-byte row segments
