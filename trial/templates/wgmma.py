@@ -28,7 +28,8 @@ Knobs:
                                           traffic) where it has many
   slices    discrete [1, 2]               consumer warpgroups of a CTA that slice K: slice j multiplies K
                                           tiles j, j + s, ... into accumulators of its own, so that a small
-                                          tile keeps two wgmma sequences in flight (needs producer 1)
+                                          tile keeps two wgmma sequences in flight (needs producer 1, and
+                                          stages in multiples of slices: each stage serves one slice)
   epilogue  discrete [0, 1]               how C is written: 0, each thread stores its sums as 4-byte pairs
                                           (a warp writes 16 bytes of each of 8 rows); 1, staged in shared
                                           memory and written in 16-byte segments, a warp covering whole rows
@@ -110,9 +111,12 @@ def rules(wl: Workload) -> list[Rule]:
     """Whole tiles only: K tiles and the block tile (and a cluster's pair of them) divide the operands (TMA
     would pad a partial box with zeros, but the loops and the epilogue take whole tiles), and each split
     CTA gets as many K tiles, and each K slice of a CTA; clusters that share B and K slices need the producer
-    warpgroup; a cluster shares B or splits K, not both; the stages outnumber what the slices hold (a stage
-    is refilled once its tile's slice has committed `in_flight` tiles after it: stages 2, in_flight 1,
-    slices 2 hung on an H100)."""
+    warpgroup; a cluster shares B or splits K, not both.  With K slices, each stage serves one slice (an
+    mbarrier wait tells phases apart only by their parity: a slice could take the phase of another slice's
+    earlier tile in that stage for its own, where TMA copies land out of order; 3 stages, slices 2 faulted
+    or hung on an H100), and the stages outnumber what the slices hold (a stage is refilled once its
+    tile's slice has committed `in_flight` tiles after it: stages 2, in_flight 1, slices 2 hung).
+    tests/test_wgmma_pipeline.py checks both against every interleaving of a model of the pipeline."""
     d = wl.dims
     return [Rule(lambda r, c: float(d["K"] % K_TILE != 0), 0.0, grows=False,
                  message=lambda r, c: f"K {d['K']} is not a multiple of the {K_TILE}-deep K tile"),
@@ -129,6 +133,10 @@ def rules(wl: Workload) -> list[Rule]:
             Rule(lambda r, c: float(d["K"] // K_TILE // c["split"] % c["slices"] != 0), 0.0, grows=False,
                  message=lambda r, c: f"slices {c['slices']} do not divide a CTA's {d['K'] // K_TILE // c['split']} K "
                                       f"tiles"),
+            Rule(lambda r, c: float(c["stages"] % c["slices"] != 0), 0.0, grows=False,
+                 message=lambda r, c: f"stages {c['stages']} are not a multiple of slices {c['slices']}: a stage "
+                                      f"that slices share can pass its mbarrier wait on the phase of the other "
+                                      f"slice's tile (its copy still landing), and the slice reads that tile"),
             Rule(lambda r, c: float(c["stages"] <= c["in_flight"] * c["slices"]), 0.0, grows=False,
                  message=lambda r, c: f"stages {c['stages']} <= in_flight {c['in_flight']} x slices {c['slices']}: "
                                       f"each slice holds its tile's stage and those of its tiles in flight, and "
