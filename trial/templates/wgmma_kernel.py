@@ -148,7 +148,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         pool.move_base_to(ALIGN)
         A_s = pool.alloc((stages * a_stage,), "float16", align=ALIGN)
         B_s = pool.alloc((stages * b_stage,), "float16", align=ALIGN)
-        pool.move_base_to(ALIGN)  # a split CTA's partial tile: over the stages, read by then
+        pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
         partial = pool.alloc((partial_len,), "float32", align=16)
         staged = pool.alloc((staged_len,), "float16", align=16)  # the output tile, after the partial one
         pool.commit(shared_bytes(p))
