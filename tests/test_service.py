@@ -239,10 +239,10 @@ def test_build_workers_see_no_gpu_and_runners_see_the_callers(monkeypatch):
     keep the devices of the service's environment."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     builders = Builders(1)
-    runner = Worker("runner-test")
+    measuring = Worker("runner-test")  # as a runner is started
     try:
         assert [builders.all[0].call("os:getenv", name) for name in DEVICE_VARIABLES] == ["", "", ""]
-        assert runner.call("os:getenv", "CUDA_VISIBLE_DEVICES") == "2"
+        assert measuring.call("os:getenv", "CUDA_VISIBLE_DEVICES") == "2"
     finally:
         builders.all[0].stop()
-        runner.stop()
+        measuring.stop()

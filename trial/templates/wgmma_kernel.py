@@ -23,14 +23,22 @@ WARPGROUP = 128
 C_PAD = 8  # float16 elements after each row of the staged output tile: rows 4 banks apart, 16-byte aligned
 
 
+def partial_floats(p: dict[str, Any]) -> int:
+    """The float32 tiles that K slices 1.. hand to slice 0, or (not both at once) a split CTA to its cluster."""
+    return p["rows"] * p["cols"] * max(p["slices"] - 1, p["split"] > 1)
+
+
+def staged_halves(p: dict[str, Any]) -> int:
+    """The staged float16 output: the columns this CTA stores, each row `C_PAD` longer (none with epilogue 0)."""
+    return p["rows"] * (p["cols"] // p["split"] + C_PAD) if p["epilogue"] else 0
+
+
 def shared_bytes(p: dict[str, Any]) -> int:
     """The kernel's dynamic shared pool: mbarriers (padded to `ALIGN`), the stages (or, where it is larger,
-    the float32 tiles that K slices hand to slice 0 or a split CTA to its cluster, and the staged float16
-    output after them), `ALIGN` of slack for aligning the stages at run time."""
+    the partial tiles and the staged output after them), `ALIGN` of slack for aligning the stages at run
+    time."""
     stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE * 2
-    partial = p["rows"] * p["cols"] * 4 * max(p["slices"] - 1, p["split"] > 1) or 16
-    staged = p["rows"] * (p["cols"] // p["split"] + C_PAD) * 2 if p["epilogue"] else 0
-    return 2 * ALIGN + max(stages, partial + staged)
+    return 2 * ALIGN + max(stages, (partial_floats(p) * 4 or 16) + staged_halves(p) * 2)
 
 
 def kernel(wl: Workload, p: dict[str, Any]) -> Any:
@@ -45,9 +53,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     a = Operand(wl.layout[0] == "N", rows, n, k)
     b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster)
     tiles, consumers, acc_len = k // K_TILE // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
-    partial_len = rows * cols * max(slices - 1, split > 1) or 4
     width = cols // split  # the columns a CTA stores: its tile's, or its share of a split tile's
-    staged_len = rows * (width + C_PAD) if epilogue else 8
     threads = consumers * WARPGROUP  # a K slice's threads: those of slice 0 sum the tile up and store it
     workers = threads * slices  # every consumer thread
     segments = rows * width // 8  # 16-byte segments of the staged tile
@@ -57,6 +63,18 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     issued = tiles if producer else min(stages, tiles)  # tiles it loads before (or without) the consumers
     a_stage, b_stage = rows * K_TILE, cols * K_TILE
     stage_bytes = (a_stage + b_stage) * 2  # what arrives in each CTA, its cluster peer's part of B included
+
+    def fragment(tx: Any, g: Any) -> tuple[Any, Any]:
+        """Row and column within the block tile of a thread's first sum of 8-column group g: the m64nN
+        accumulator fragment gives warp w of a warpgroup, lane l rows 16w + l/4 (+8) and columns 8g + 2(l%4)
+        (+1) of its warpgroup's 64 rows."""
+        return (tx // WARPGROUP) * 64 + ((tx % WARPGROUP) // 32) * 16 + (tx % 32) // 4, g * 8 + (tx % 4) * 2
+
+    def partial_at(warpgroup: Any, g: Any, tx: Any) -> Any:
+        """Where a thread of `warpgroup` keeps its four sums of group g in a partial tile: thread-minor, four
+        floats a thread, so that its 16-byte stores and loads meet no bank conflict."""
+        return (warpgroup * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4
+
     wgmma = f"wgmma.mma_async.sync.aligned.m64n{cols}k16.f32.f16.f16"
     copy = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
     copy_b = copy + ".multicast::cluster" if cluster > 1 else copy
@@ -88,11 +106,9 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
 
     @T.macro
     def store(C, vals, base, g, bx, by, tx):
-        """A thread's four sums vals[base:base + 4] of 8-column group `g` to C.  The m64nN accumulator
-        fragment: warp w of a warpgroup, lane l holds rows 16w + l/4 (+8) and columns 8g + 2(l%4) (+1) of
-        its warpgroup's 64 rows."""
-        row = T.meta_var(by * rows + (tx // WARPGROUP) * 64 + ((tx % WARPGROUP) // 32) * 16 + (tx % 32) // 4)
-        col = T.meta_var(bx * cols + g * 8 + (tx % 4) * 2)
+        """A thread's four sums vals[base:base + 4] of 8-column group `g` to C (`fragment`)."""
+        row = T.meta_var(by * rows + fragment(tx, g)[0])
+        col = T.meta_var(bx * cols + fragment(tx, g)[1])
         for v in T.vectorized(2):
             C[row, col + v] = T.Cast("float16", vals[base + v])
         for v in T.vectorized(2):
@@ -102,8 +118,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     def stage_out(tile, vals, base, g, tx):
         """A thread's four sums vals[base:base + 4] of the staged tile's 8-column group `g` to it (rows
         `C_PAD` apart, so a warp's 8 rows x 4 lanes of pairs fall in distinct banks)."""
-        row = T.meta_var((tx // WARPGROUP) * 64 + ((tx % WARPGROUP) // 32) * 16 + (tx % 32) // 4)
-        col = T.meta_var(g * 8 + (tx % 4) * 2)
+        row = T.meta_var(fragment(tx, g)[0])
+        col = T.meta_var(fragment(tx, g)[1])
         for v in T.vectorized(2):
             tile[row * (width + C_PAD) + col + v] = T.Cast("float16", vals[base + v])
         for v in T.vectorized(2):
@@ -149,8 +165,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         A_s = pool.alloc((stages * a_stage,), "float16", align=ALIGN)
         B_s = pool.alloc((stages * b_stage,), "float16", align=ALIGN)
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
-        partial = pool.alloc((partial_len,), "float32", align=16)
-        staged = pool.alloc((staged_len,), "float16", align=16)  # the output tile, after the partial one
+        partial = pool.alloc((partial_floats(p) or 4,), "float32", align=16)
+        staged = pool.alloc((staged_halves(p) or 8,), "float16", align=16)  # the output tile, after the partial one
         pool.commit(shared_bytes(p))
         # the dynamic shared base is only 64-byte aligned: shift the tiles to a 1024-byte boundary
         pad: T.int32
@@ -212,16 +228,14 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
             if tx >= threads and tx < workers:
                 for g in T.unroll(0, groups):
                     for v in T.vectorized(4):
-                        partial[((tx // WARPGROUP - consumers) * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4
-                                + v] = acc[g * 4 + v]
+                        partial[partial_at(tx // WARPGROUP - consumers, g, tx) + v] = acc[g * 4 + v]
             T.cuda.cta_sync()
             if tx < threads:  # in slice order: deterministic sums
                 for s in T.unroll(1, slices):
                     for g in T.unroll(0, groups):
                         for v in T.unroll(0, 4):
                             acc[g * 4 + v] = acc[g * 4 + v] + partial[
-                                (((s - 1) * consumers + tx // WARPGROUP) * groups + g) * (4 * WARPGROUP)
-                                + tx % WARPGROUP * 4 + v]
+                                partial_at((s - 1) * consumers + tx // WARPGROUP, g, tx) + v]
         if split == 1 and epilogue == 0:
             if tx < threads:
                 for g in T.unroll(0, groups):
@@ -236,11 +250,10 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                 write_out(C, staged, 0, bx, by, tx)
         if split > 1:
             T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the partial tile may overwrite them
-            if tx < threads:  # thread-minor, four floats a thread: 16-byte stores, no bank conflict
+            if tx < threads:
                 for g in T.unroll(0, groups):
                     for v in T.vectorized(4):
-                        partial[((tx // WARPGROUP) * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4 + v] = \
-                            acc[g * 4 + v]
+                        partial[partial_at(tx // WARPGROUP, g, tx) + v] = acc[g * 4 + v]
             T.cuda.cluster_sync()  # every CTA's partial tile is written and visible to the cluster
             if tx < threads:  # CTA `rank` sums and stores groups [rank, rank + 1) * groups / split
                 peer_sums = T.alloc_local((split * 4,), "float32")
@@ -249,9 +262,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                     g = T.meta_var(rank * (groups // split) + j)
                     for r in T.unroll(0, split):  # every CTA's four partial sums, all loads in flight at once
                         T.ptx.mapa.shared__cluster.u32(
-                            peer[0], T.cuda.cvta_generic_to_shared(partial.ptr_to(
-                                [((tx // WARPGROUP) * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4])),
-                            T.uint32(r))
+                            peer[0], T.cuda.cvta_generic_to_shared(
+                                partial.ptr_to([partial_at(tx // WARPGROUP, g, tx)])), T.uint32(r))
                         T.ptx.ld.shared__cluster.v4.f32(peer_sums[r * 4], peer_sums[r * 4 + 1], peer_sums[r * 4 + 2],
                                                         peer_sums[r * 4 + 3], peer[0])
                     # the sums of group g go to acc[4j:4j + 4], free by now: a place of their own for each group,
