@@ -82,14 +82,27 @@ def read_measured(paths: list[Path], space: SearchSpace) -> dict[str, float]:
     return {key: statistics.median(values) for key, values in gflops.items()}
 
 
-class Landscape:
-    """GFLOPS of `wl` on `target` as a model fitted to `measured`; called as the driver's `evaluate`, which
-    takes `latency_s` on average."""
+def measured_template(wl: Workload, target: Target, paths: list[Path]) -> tuple[Any, dict[str, float]]:
+    """Of the templates that serve `wl` on `target` (a device-specific one, then the portable one), the first whose
+    knobs the trials in `paths` were measured with, and those measurements (`read_measured`): a landscape
+    measured before a device-specific template came keeps the portable template's knobs."""
+    serving = [t for t in templates.candidates(wl)[:-1] if t.applies(wl, target)] + templates.candidates(wl)[-1:]
+    for template in serving[:-1]:
+        try:
+            return template, read_measured(paths, SearchSpace.from_json(template.search_space(wl)))
+        except ValueError:
+            continue
+    return serving[-1], read_measured(paths, SearchSpace.from_json(serving[-1].search_space(wl)))
 
-    def __init__(self, wl: Workload, target: Target, measured: dict[str, float], seed: int = 0,
+
+class Landscape:
+    """GFLOPS of `wl` on `target` as a model fitted to `measured`, configurations of `template`; called as the
+    driver's `evaluate`, which takes `latency_s` on average."""
+
+    def __init__(self, wl: Workload, target: Target, measured: dict[str, float], template: Any, seed: int = 0,
                  latency_s: float = 0.0) -> None:
         self.wl, self.target = wl, target
-        self.template = templates.load(wl, target=target)
+        self.template = template
         self.space = SearchSpace.from_json(self.template.search_space(wl))
         self.features = np.array([self._features(json.loads(key)) for key in measured])
         self.gflops = np.array(list(measured.values()))
@@ -179,12 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     if any(metaschedule.is_label(tuner) for tuner, _ in runs_plan):
         p.error("MetaSchedule searches schedules, not knobs: it has no place on a knob landscape")
     target = target_of(args.arch)
-    space = SearchSpace.from_json(templates.load(wl, target=target).search_space(wl))
     try:
-        measured = read_measured(args.measured, space)
+        template, measured = measured_template(wl, target, args.measured)
     except (OSError, ValueError) as err:
         p.error(str(err))
-    landscape = Landscape(wl, target, measured, latency_s=args.latency_ms / 1000)
+    landscape = Landscape(wl, target, measured, template, latency_s=args.latency_ms / 1000)
     print(f"# {wl.name}: a model of {len(measured):,} measured configurations ({args.arch} rules), "
           f"cross-validated rank correlation {landscape.rank_correlation():.3f}, best measured "
           f"{max(measured.values()):,.0f} GFLOPS; the GFLOPS below are the model's\n")

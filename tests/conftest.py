@@ -4,6 +4,7 @@ from multiprocessing.connection import Client
 from pathlib import Path
 
 import pytest
+from nvrtc import toolkit
 
 
 def _service_keys(folder):
@@ -50,3 +51,12 @@ def private_service(tmp_path, monkeypatch):
     monkeypatch.setenv("OPEVO_LOCK_DIR", str(locks))
     yield locks
     stop_services(locks)
+
+
+@pytest.fixture(scope="module")
+def cuda_toolkit(tmp_path_factory):
+    """NVRTC, the CUDA headers and ptxas from NVIDIA's wheels as TVM's CUDA_PATH (tests/nvrtc.py), for a module's
+    tests that compile generated CUDA as a GPU machine does."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDA_PATH", str(toolkit(Path(tmp_path_factory.mktemp("cuda")))))
+        yield

@@ -1,10 +1,13 @@
-"""MetaSchedule as a peer (benchmarks/metaschedule.py): the search arguments a compare label gives it."""
+"""MetaSchedule as a peer (benchmarks/metaschedule.py): the search arguments a compare label gives it, and build
+workers that hold no GPU."""
+import os
 import re
 
 import pytest
 
 from benchmarks import compare, metaschedule
 from trial.measure import Options
+from trial.service.worker import DEVICE_VARIABLES
 from trial.workload import parse
 
 
@@ -22,3 +25,21 @@ def test_a_metaschedule_label_sets_its_search(tmp_path):
     logs = "".join(path.read_text() for path in (tmp_path / "logs").glob("*.log"))
     sampled = [int(n) for n in re.findall(r"Sampled (\d+) candidate", logs)]
     assert sampled and max(sampled) <= 4, sampled
+
+
+def test_metaschedules_build_workers_start_with_no_gpu_in_sight(monkeypatch):
+    """MetaSchedule's LocalBuilder starts its worker processes as it builds; each opened a CUDA context where it
+    saw a GPU (16 of 518 MiB on an H100 machine): the builder hides the devices from them, and only from them."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
+    seen = []
+
+    class Inner:
+        def build(self, build_inputs):
+            seen.append({name: os.environ.get(name) for name in DEVICE_VARIABLES})
+            return []
+
+    TimedBuilder, _, _ = metaschedule._classes()
+    assert list(TimedBuilder(Inner()).build([])) == []
+    assert seen == [dict.fromkeys(DEVICE_VARIABLES, "")]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3" and "HIP_VISIBLE_DEVICES" not in os.environ

@@ -21,7 +21,7 @@ from trial.workload import parse_name
 
 WL = parse_name("mm/N128K256M128")
 TARGET = target_of("sm_90")
-TEMPLATE = templates.load(WL, target=TARGET)
+TEMPLATE = templates.load(WL)  # the portable template's knobs: those of the landscapes measured so far
 SPACE = ConstrainedSpace.of(SearchSpace.from_json(TEMPLATE.search_space(WL)), KernelRules(WL, TEMPLATE, TARGET))
 
 
@@ -65,7 +65,7 @@ def test_measurements_are_read_per_configuration(measured_file: Path, tmp_path: 
 
 
 def test_the_model_stands_in_for_the_device(measured_file: Path) -> None:
-    landscape = replay.Landscape(WL, TARGET, replay.read_measured([measured_file], SPACE))
+    landscape = replay.Landscape(WL, TARGET, replay.read_measured([measured_file], SPACE), TEMPLATE)
     assert landscape.rank_correlation() > 0.8
     rng = random.Random(5)
     fresh = [SPACE.sample(rng) for _ in range(20)]
@@ -86,7 +86,7 @@ def test_each_evaluation_takes_a_drawn_latency(measured_file: Path, monkeypatch:
     slept: list[float] = []
     here, sleep = threading.get_ident(), time.sleep  # other tests' threads that outlive them sleep as before
     monkeypatch.setattr(replay.time, "sleep", lambda s: slept.append(s) if threading.get_ident() == here else sleep(s))
-    landscape = replay.Landscape(WL, TARGET, replay.read_measured([measured_file], SPACE), latency_s=0.02)
+    landscape = replay.Landscape(WL, TARGET, replay.read_measured([measured_file], SPACE), TEMPLATE, latency_s=0.02)
     rng = random.Random(6)
     for _ in range(20):
         assert landscape(SPACE.sample(rng)).status == "ok"

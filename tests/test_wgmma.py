@@ -4,7 +4,6 @@ layout, and every suite tuner proposing only configs of its space that the devic
 are verified on GPUs only: a CPU has no wgmma; the CPU keeps the tensor-core template's plain schedule.)"""
 import json
 import re
-from pathlib import Path
 
 import pytest
 from tuner_harness import FakeNNI, make_tuner, no_checkpoint_dir  # noqa: F401
@@ -22,7 +21,7 @@ from tuners.na2c import NA2CTuner
 from tuners.opevo import OpEvoTuner
 
 from cuda_kernels import valid_configs
-from nvrtc import compile_kernels, toolkit
+from nvrtc import compile_kernels
 
 SM90, SM80 = target_of("sm_90"), target_of("sm_80")
 LARGE = "mm/N512K1024M4096_f16"
@@ -77,13 +76,6 @@ def test_the_device_and_the_tiles_decide_what_is_valid():
     assert wgmma.resources(wl, sliced)["threads"] == 5 * 128
     assert wgmma.resources(wl, sliced)["shared_bytes"] == 2 * 1024 + 128 * 256 * 4 + 128 * (256 + 8) * 2
     assert wgmma.resources(wl, {**sliced, "split": 2})["shared_bytes"] == 2 * 1024 + 128 * 256 * 4 + 128 * 136 * 2
-
-
-@pytest.fixture(scope="module")
-def cuda_toolkit(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CUDA_PATH", str(toolkit(Path(tmp_path_factory.mktemp("cuda")))))
-        yield
 
 
 @pytest.mark.parametrize("layout,transposes", [("NN", "0_1"), ("NT", "0_0"), ("TN", "1_1"), ("TT", "1_0")])

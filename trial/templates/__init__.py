@@ -36,12 +36,14 @@ if TYPE_CHECKING:
 BY_OP = {"mm": "trial.templates.matmul", "bmm": "trial.templates.matmul", "conv": "trial.templates.conv2d"}
 TENSOR_CORE = "trial.templates.tensorcore"  # mm and bmm in the narrow types (trial/dtypes.py)
 WGMMA = "trial.templates.wgmma"  # float16 mm on Hopper (its `applies`)
+SIMT = "trial.templates.simt"  # float32 mm on Hopper (its `applies`)
 
 
 def candidates(wl: Workload) -> list[Any]:
     """The template modules that can serve `wl`, the device-specific ones first, the portable one last."""
     if not wl.element.mma_k:
-        return [importlib.import_module(BY_OP[wl.op])]
+        hopper = wl.op == "mm" and wl.dtype == "float32"
+        return [importlib.import_module(m) for m in ((SIMT, BY_OP[wl.op]) if hopper else (BY_OP[wl.op],))]
     hopper = wl.op == "mm" and wl.dtype == "float16"
     return [importlib.import_module(m) for m in ((WGMMA, TENSOR_CORE) if hopper else (TENSOR_CORE,))]
 

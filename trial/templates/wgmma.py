@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..constraints import Rule
 from ..workload import Workload
+from .k_split import slice_rules
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
 from .wgmma_kernel import WARPGROUP, kernel, shared_bytes
 from .wgmma_operand import K_TILE
@@ -133,16 +134,11 @@ def rules(wl: Workload) -> list[Rule]:
             Rule(lambda r, c: float(d["K"] // K_TILE // c["split"] % c["slices"] != 0), 0.0, grows=False,
                  message=lambda r, c: f"slices {c['slices']} do not divide a CTA's {d['K'] // K_TILE // c['split']} K "
                                       f"tiles"),
-            Rule(lambda r, c: float(c["stages"] % c["slices"] != 0), 0.0, grows=False,
-                 message=lambda r, c: f"stages {c['stages']} are not a multiple of slices {c['slices']}: a stage "
-                                      f"that slices share can pass its mbarrier wait on the phase of the other "
-                                      f"slice's tile (its copy still landing), and the slice reads that tile"),
+            *slice_rules(),
             Rule(lambda r, c: float(c["stages"] <= c["in_flight"] * c["slices"]), 0.0, grows=False,
                  message=lambda r, c: f"stages {c['stages']} <= in_flight {c['in_flight']} x slices {c['slices']}: "
                                       f"each slice holds its tile's stage and those of its tiles in flight, and "
                                       f"the next tile's stage would never be released (a deadlock)"),
-            Rule(lambda r, c: float(c["slices"] > 1 and not c["producer"]), 0.0, grows=False,
-                 message=lambda r, c: "K slices take turns at the stages through mbarriers: slices 2 needs producer 1"),
             Rule(lambda r, c: float(c["cluster"] > 1 and c["split"] > 1), 0.0, grows=False,
                  message=lambda r, c: "a cluster shares B (cluster 2) or splits K (split > 1), not both")]
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..workload import Workload
+from .k_split import peer_sum
+from .tma_stages import init_stages
 from .wgmma_operand import K_TILE, SWIZZLE_128B, Operand
 
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
@@ -79,6 +81,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     copy = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
     copy_b = copy + ".multicast::cluster" if cluster > 1 else copy
     to_cluster = [tirx.const((1 << cluster) - 1, "uint16")] if cluster > 1 else []  # multicast's CTA mask
+    add_peers = peer_sum(split)  # group g's sums of every split CTA, into acc[4j:4j + 4]
+    barriers = init_stages(stages, consumers * cluster)  # a stage is released by every warpgroup that reads it
 
     # fmt: off
     @T.macro
@@ -175,14 +179,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         desc_a: T.uint64
         desc_b: T.uint64
         acc = T.alloc_local((acc_len,), "float32")
-        if tx == issuer:  # fetch the tensor maps while the barriers are set up
-            T.ptx.prefetch.tensormap(T.address_of(a_map))
-            T.ptx.prefetch.tensormap(T.address_of(b_map))
-        if tx == 0:
-            for s in T.unroll(0, stages):
-                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[s]), T.uint32(1))
-                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[stages + s]), T.uint32(consumers * cluster))
-        T.ptx.fence.proxy.async_.shared__cta()
+        barriers(bars, a_map, b_map, tx, issuer)
         if cluster > 1:
             T.cuda.cluster_sync()  # the peer's barriers are ready before anything arrives on them
         else:
@@ -260,19 +257,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                 peer = T.alloc_local([1], "uint32")
                 for j in T.unroll(0, groups // split):
                     g = T.meta_var(rank * (groups // split) + j)
-                    for r in T.unroll(0, split):  # every CTA's four partial sums, all loads in flight at once
-                        T.ptx.mapa.shared__cluster.u32(
-                            peer[0], T.cuda.cvta_generic_to_shared(
-                                partial.ptr_to([partial_at(tx // WARPGROUP, g, tx)])), T.uint32(r))
-                        T.ptx.ld.shared__cluster.v4.f32(peer_sums[r * 4], peer_sums[r * 4 + 1], peer_sums[r * 4 + 2],
-                                                        peer_sums[r * 4 + 3], peer[0])
-                    # the sums of group g go to acc[4j:4j + 4], free by now: a place of their own for each group,
-                    # since TVM's CUDA codegen reuses a vector load of the same text within a scope (stale sums)
-                    for v in T.unroll(0, 4):
-                        acc[j * 4 + v] = peer_sums[v]
-                    for r in T.unroll(1, split):  # in rank order in every CTA and run: deterministic sums
-                        for v in T.unroll(0, 4):
-                            acc[j * 4 + v] = acc[j * 4 + v] + peer_sums[r * 4 + v]
+                    add_peers(acc, j, partial.ptr_to([partial_at(tx // WARPGROUP, g, tx)]), peer_sums, peer)
                     if epilogue == 1:  # staged after the partial tile, which peers may still be reading
                         stage_out(staged, acc, j * 4, j, tx)
                     else:

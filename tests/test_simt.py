@@ -1,0 +1,162 @@
+"""The Hopper float32 template (TIRx, CUDA cores): chosen for float32 mm with an M-major B on sm_90 only, its
+knobs checked against the device, its kernels compiled as a GPU machine compiles them (NVRTC, then ptxas) in
+both layouts it serves, and every suite tuner proposing only configs of its space that the device runs.  (Its
+results are verified on GPUs only: TMA, mbarriers and clusters have no CPU form; the CPU keeps the portable
+template.)"""
+import json
+import re
+
+import pytest
+from tuner_harness import FakeNNI, make_tuner, no_checkpoint_dir  # noqa: F401
+
+from benchmarks.proposals import stand_in
+from experiments import write
+from searchspace import SearchSpace
+from trial import build, check, templates
+from trial.archs import target_of
+from trial.constraints import KernelRules
+from trial.templates import matmul, simt
+from trial.workload import parse_name
+from tuners.gbfs import GBFSTuner
+from tuners.na2c import NA2CTuner
+from tuners.opevo import OpEvoTuner
+
+from cuda_kernels import valid_configs
+from nvrtc import compile_kernels
+
+SM90, SM80 = target_of("sm_90"), target_of("sm_80")
+LONG_K = "mm/N512K4096M1024"
+SHARED_LOAD = r"\*\(float4\*\)\((\w)_f_ptr \+ \d+\) = \*\(float4\*\)\(\(\(float\*\)pool_buf_ptr\) \+"
+
+
+def source_of(wl, config):
+    return build.build(wl, simt, config, SM90).mod.imports[0].inspect_source()
+
+
+def test_float32_mm_with_an_m_major_b_on_hopper_gets_the_simt_template():
+    wl = parse_name(LONG_K)
+    assert templates.load(wl, target=SM90) is simt and templates.load(parse_name("mm/N256K512M512PTN"), target=SM90) is simt
+    assert templates.load(wl, target=SM80) is matmul and templates.load(wl) is matmul
+    for other in ("mm/N512K4096M1024PNT", "mm/N512K4096M1024PTT", "mm/N96K4096M1024", "mm/N512K4096M96",
+                  "mm/N512K36M1024", "bmm/B960N128K128M64PNN", "mm/N512K4096M1024_f16"):
+        assert templates.load(parse_name(other), target=SM90) is not simt, other
+    assert templates.load(wl, target=SM90, params=matmul.default_params(wl, True)) is matmul
+    assert templates.load(wl, params=simt.default_params(wl, True)) is simt
+
+
+def test_the_tiles_and_the_device_decide_what_is_valid():
+    wl = parse_name(LONG_K)
+    base = simt.default_params(wl, True)
+    for name in ("mm/N512K4096M1024", "mm/N512K1024M4096", "mm/N64K24M128", "mm/N256K512M512PTN"):
+        check.check(parse_name(name), simt, simt.default_params(parse_name(name), True), SM90)
+    with pytest.raises(check.InvalidConfig, match="the tile's 128 rows do not divide N 64"):
+        check.check(parse_name("mm/N64K4096M1024"), simt, base, SM90)
+    with pytest.raises(check.InvalidConfig, match="a 128 x 512 tile is more than a TMA box of 256 rows"):
+        check.check(wl, simt, {**base, "warps_c": 8}, SM90)
+    with pytest.raises(check.InvalidConfig, match="split 8 x slices 2 x bk 32 does not divide K 256"):
+        check.check(parse_name("mm/N512K256M1024"), simt, {**base, "split": 8}, SM90)
+    with pytest.raises(check.InvalidConfig, match="stages 6 are not a multiple of slices 4"):
+        check.check(wl, simt, {**base, "slices": 4, "split": 1}, SM90)
+    with pytest.raises(check.InvalidConfig, match="slices 2 needs producer 1"):
+        check.check(wl, simt, {**base, "producer": 0}, SM90)
+    with pytest.raises(check.InvalidConfig, match="split 8 does not divide a thread's 4 quads of sums"):
+        check.check(wl, simt, {**base, "tm": 4, "tn": 4, "split": 8}, SM90)
+    # 128 sums a thread fit the registers of 8 consumer warps alone, not with a producer warp's 32 threads more
+    big = {**base, "warps_r": 8, "warps_c": 1, "tm": 8, "tn": 16, "bk": 8, "stages": 4, "split": 8, "slices": 1}
+    check.check(wl, simt, {**big, "producer": 0}, SM90)
+    with pytest.raises(check.InvalidConfig, match=r"registers x 288 threads > 65536 registers per block"):
+        check.check(wl, simt, {**big, "producer": 1}, SM90)
+    with pytest.raises(check.InvalidConfig, match="these instructions exist on CUDA sm_90 only"):
+        check.check(wl, simt, base, SM80)
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN"])
+def test_kernels_read_shared_memory_in_16_byte_loads_and_keep_no_local_memory(cuda_toolkit, layout):
+    """Per K tile a thread loads A's fragments in tm x bk / 4 and B's in tn / 4 x bk 16-byte shared loads (K-major
+    A: one a row for four K steps; M-major A: four rows a K step), none of them gathered element by element, and
+    the kernel compiles without a stack frame or spills (the register estimate is an upper bound)."""
+    wl = parse_name(f"mm/N512K1024M1024P{layout}")
+    for config in valid_configs(wl, SM90, 4, seed=3, template=simt):
+        source = source_of(wl, config)
+        loads = re.findall(SHARED_LOAD, source)
+        assert loads.count("a") == config["tm"] * config["bk"] // 4, config
+        assert loads.count("b") == config["tn"] // 4 * config["bk"], config
+        assert "make_float4(" not in source, config
+        reports = compile_kernels(source, "sm_90")
+        assert all(k.stack_bytes == 0 and k.spill_bytes == 0 for k in reports), (config, reports)
+        assert all(k.registers <= simt.resources(wl, config)["registers_per_thread"] or k.registers == 255
+                   for k in reports), (config, reports)
+
+
+@pytest.mark.parametrize("split", [1, 2, 8])
+def test_split_ctas_add_their_partial_tiles_through_distributed_shared_memory(cuda_toolkit, split):
+    """A cluster of `split` CTAs: each sums 1/split of every thread's quads of sums from all of them (one 16-byte
+    `ld.shared::cluster` per CTA and quad) and stores them in 16-byte stores; without a split, each thread stores
+    its own quads."""
+    wl = parse_name(LONG_K)
+    config = {**simt.default_params(wl, True), "warps_r": 2, "warps_c": 2, "tm": 8, "tn": 8, "split": split}
+    check.check(wl, simt, config, SM90)
+    source = source_of(wl, config)
+    quads = 8 * 8 // 4
+    assert source.count("tvm_builtin_ptx_ld_vec_shared__cluster_v4_f32(") == (quads + 1 if split > 1 else 0)  # + its helper
+    assert source.count("*(float4*)(C_ptr + ") == quads // split
+    assert re.findall(r"for \(int t = 0; t < (\d+);", source)[0] == str(4096 // config["bk"] // split)
+
+
+@pytest.mark.parametrize("slices,split", [(2, 1), (4, 1), (2, 2)])
+def test_k_slices_take_alternate_tiles_and_hand_their_sums_to_slice_0(cuda_toolkit, slices, split):
+    """`slices` s: s groups of consumer warps, each over every s-th K tile of the CTA with sums of its own; slices
+    1.. write theirs to shared memory in 16-byte stores, and only slice 0 adds them up and stores C (a split CTA:
+    its partial tile); within the register estimate, no local memory."""
+    wl = parse_name(LONG_K)
+    config = {**simt.default_params(wl, True), "warps_r": 2, "warps_c": 1, "stages": 4, "slices": slices,
+              "split": split}
+    check.check(wl, simt, config, SM90)
+    threads = simt.resources(wl, config)["threads"]
+    assert threads == (2 * slices + 1) * 32
+    source = source_of(wl, config)
+    assert re.findall(r"for \(int i = 0; i < (\d+);", source)[0] == str(4096 // 32 // split // slices)
+    handed = re.findall(r"\*\(float4\*\)\(\(\(float\*\)pool_buf_ptr\) \+ .*\) = \*\(float4\*\)\(acc_ptr", source)
+    assert len(handed) == 16 * (2 if split > 1 else 1)  # slice 1.. its quads, then a split CTA's partial tile
+    assert "if (((int)threadIdx.x) < 64)" in source  # slice 0 alone sums and stores
+    assert all(k.stack_bytes == 0 and k.spill_bytes == 0 for k in compile_kernels(source, "sm_90"))
+
+
+@pytest.mark.parametrize("producer", [0, 1])
+def test_the_copies_come_from_a_warp_of_their_own_or_from_the_first_consumer(cuda_toolkit, producer):
+    """`producer` 1 adds a warp whose first thread issues every copy; with 0 the first consumer thread issues the
+    first `stages` tiles, then refills the previous tile's stage in the consumers' loop."""
+    wl = parse_name(LONG_K)
+    config = {**simt.default_params(wl, True), "slices": 1, "producer": producer}
+    threads = simt.resources(wl, config)["threads"]
+    assert threads == (4 + producer) * 32
+    source = source_of(wl, config)
+    assert f"__launch_bounds__({threads})" in source
+    assert source.count("async_bulk_tensor_2d_shared__cluster_global_mbarrier__complete_tx__bytes(") == \
+        1 + (2 if producer else 4)  # the helper's definition, then A's and B's copies where they are issued
+    assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90"))
+
+
+@pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
+def test_every_proposal_is_a_simt_kernel_the_device_runs(cls):
+    """12755 of the space's 72576 configs are valid for mm/N512K4096M1024 on sm_90 (more threads than a block
+    has, sums beyond the registers, stages beyond the shared memory, tiles beyond a TMA box, K slices without
+    the producer warp or sharing stages): the tuners propose only those."""
+    wl = parse_name(LONG_K)
+    space = SearchSpace.from_json(simt.search_space(wl))
+    rules = KernelRules(wl, simt, SM90)
+    assert sum(not rules.problems(c) for c in space.values()) == 12755
+    evaluate = stand_in(wl, simt, SM90)
+    tuner = make_tuner(cls, simt.search_space(wl), workload=LONG_K, target="sm_90", seed=1)
+    run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=4).run(40)
+    assert len(run.proposed) == 40 and all(outcome is not None for outcome in run.outcomes)
+
+
+def test_an_experiment_for_hopper_searches_the_simt_knobs(tmp_path):
+    """Written for sm_90, a float32 mm experiment's space is the simt template's; written for whichever GPU runs
+    it (`--arch auto`), the portable template's."""
+    wl = parse_name(LONG_K)
+    hopper = write.write(wl, tmp_path / "h", arch="sm_90")
+    assert list(json.loads((hopper / "search_space.json").read_text())) == list(simt.search_space(wl))
+    anywhere = write.write(wl, tmp_path / "a", arch="auto")
+    assert list(json.loads((anywhere / "search_space.json").read_text())) == list(matmul.search_space(wl))

@@ -1,0 +1,47 @@
+"""How the Hopper TIRx kernels (wgmma_kernel.py, simt_kernel.py) divide K beyond one CTA's loop: K slices, groups of
+a CTA's consumers that take turns at the TMA stages (the rules they keep), and split CTAs of a cluster, which add
+their partial tiles through distributed shared memory (`peer_sum`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..constraints import Rule
+
+
+def slice_rules() -> list[Rule]:
+    """Each stage serves one K slice (an mbarrier wait tells phases apart only by their parity: a slice could take
+    the phase of another slice's earlier tile in that stage for its own, where TMA copies land out of order; 3
+    stages, slices 2 faulted or hung on an H100; tests/test_wgmma_pipeline.py), and slices need the producer,
+    which refills a stage when the mbarrier of the slice reading it frees it."""
+    return [Rule(lambda r, c: float(c["stages"] % c["slices"] != 0), 0.0, grows=False,
+                 message=lambda r, c: f"stages {c['stages']} are not a multiple of slices {c['slices']}: a stage "
+                                      f"that slices share can pass its mbarrier wait on the phase of the other "
+                                      f"slice's tile (its copy still landing), and the slice reads that tile"),
+            Rule(lambda r, c: float(c["slices"] > 1 and not c["producer"]), 0.0, grows=False,
+                 message=lambda r, c: f"K slices take turns at the stages through mbarriers: slices {c['slices']} "
+                                      f"needs producer 1")]
+
+
+def peer_sum(split: int) -> Any:
+    """A TIRx macro `(acc, j, local, peer_sums, peer)`: acc[4j:4j + 4] = the sum over the cluster's `split` CTAs, in
+    rank order (the same sums in every CTA and run), of the four floats at `local`, a pointer into this CTA's
+    partial tile, in each CTA's shared memory (`mapa`, `ld.shared::cluster`, every CTA's load in flight at once).
+    `peer_sums` (4 x `split` floats) and `peer` (one address) are the caller's local buffers."""
+    from tvm.script import tirx as T
+
+    # fmt: off
+    @T.macro
+    def macro(acc, j, local, peer_sums, peer):
+        for r in T.unroll(0, split):
+            T.ptx.mapa.shared__cluster.u32(peer[0], T.cuda.cvta_generic_to_shared(local), T.uint32(r))
+            T.ptx.ld.shared__cluster.v4.f32(peer_sums[r * 4], peer_sums[r * 4 + 1], peer_sums[r * 4 + 2],
+                                            peer_sums[r * 4 + 3], peer[0])
+        # the sums go to acc[4j:4j + 4], free by now: a place of their own for each j, since TVM's CUDA codegen
+        # reuses a vector load of the same text within a scope (stale sums)
+        for v in T.unroll(0, 4):
+            acc[j * 4 + v] = peer_sums[v]
+        for r in T.unroll(1, split):
+            for v in T.unroll(0, 4):
+                acc[j * 4 + v] = acc[j * 4 + v] + peer_sums[r * 4 + v]
+    # fmt: on
+    return macro
