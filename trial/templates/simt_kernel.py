@@ -220,7 +220,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                         for v in T.vectorized(4):
                             C[by * rows + row(tx, r), bx * cols + col(tx, b) + v] = acc[r * tn + b * 4 + v]
         else:
-            T.cuda.cta_sync()  # every warp has read its stages (and slice 0 the slices' sums): the partial tile may overwrite them
+            # every warp has read its stages (and slice 0 the slices' sums): the partial tile may overwrite them
+            T.cuda.cta_sync()
             if tx < threads:
                 for q in T.unroll(0, quads):
                     for v in T.vectorized(4):
