@@ -4,7 +4,6 @@ from multiprocessing.connection import Client
 from pathlib import Path
 
 import pytest
-from nvrtc import toolkit
 
 
 def _service_keys(folder):
@@ -52,11 +51,3 @@ def private_service(tmp_path, monkeypatch):
     yield locks
     stop_services(locks)
 
-
-@pytest.fixture(scope="module")
-def cuda_toolkit(tmp_path_factory):
-    """NVRTC, the CUDA headers and ptxas from NVIDIA's wheels as TVM's CUDA_PATH (tests/nvrtc.py), for a module's
-    tests that compile generated CUDA as a GPU machine does."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CUDA_PATH", str(toolkit(Path(tmp_path_factory.mktemp("cuda")))))
-        yield

@@ -19,6 +19,7 @@ from pathlib import Path
 import nvidia.cuda_cccl
 import nvidia.cuda_nvcc
 import nvidia.cuda_runtime
+import pytest
 from tvm.support import nvcc
 
 LOCAL_MEMORY_PER_THREAD = 512 * 1024
@@ -53,6 +54,15 @@ def toolkit(folder: Path) -> Path:
     target.mkdir(parents=True)
     (target / "cccl").symlink_to(_package_dir(nvidia.cuda_cccl) / "include")
     return folder
+
+
+@pytest.fixture(scope="module")
+def cuda_toolkit(tmp_path_factory):
+    """A `toolkit` folder as TVM's CUDA_PATH for a module's tests (import it into the module, or use it
+    autouse there)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDA_PATH", str(toolkit(Path(tmp_path_factory.mktemp("cuda")))))
+        yield
 
 
 def ptx(source: str, arch: str) -> str:

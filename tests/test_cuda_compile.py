@@ -1,7 +1,6 @@
 """Every kernel compiles for the GPUs it is meant for, as a GPU machine compiles it (TVM through NVRTC, then
 ptxas), on a machine without one; and no valid config makes a kernel that cannot launch."""
 import re
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +10,9 @@ from trial.templates import conv2d, tensorcore
 from trial.workload import parse_name
 
 from cuda_kernels import valid_configs
-from nvrtc import LOCAL_MEMORY_PER_THREAD, compile_kernels, ptx, toolkit
+from nvrtc import LOCAL_MEMORY_PER_THREAD, compile_kernels, cuda_toolkit, ptx  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("cuda_toolkit")  # every test here compiles CUDA
 
 STUDY = ["mm/N512K1024M1024", "mm/N512K1024M4096PTN", "mm/N512K4096M1024PNT", "bmm/B960N128K128M64PNN",
          "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0", "conv/N512C64HW27F192K5ST1PD2",
@@ -20,13 +21,6 @@ TENSOR_CORE = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTT_f16", "bmm/B960N12
                "mm/N512K4096M1024PNT_i8", "bmm/B960N128K64M128PNT_i8"]
 CASES = [(name, arch) for name in STUDY + TENSOR_CORE for arch in ("sm_90", "sm_80")] + \
         [("mm/N512K1024M1024PNT_e4m3", "sm_90"), ("mm/N1024K4096M512PNT_e4m3", "sm_89")]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cuda_toolkit(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CUDA_PATH", str(toolkit(Path(tmp_path_factory.mktemp("cuda")))))
-        yield
 
 
 def cuda_source(name, config, arch):

@@ -22,7 +22,7 @@ from tuners.na2c import NA2CTuner
 from tuners.opevo import OpEvoTuner
 
 from cuda_kernels import valid_configs
-from nvrtc import compile_kernels
+from nvrtc import compile_kernels, cuda_toolkit  # noqa: F401
 
 SM90, SM80 = target_of("sm_90"), target_of("sm_80")
 LONG_K = "mm/N512K4096M1024"

@@ -22,6 +22,12 @@ def slice_rules() -> list[Rule]:
                                       f"needs producer 1")]
 
 
+def partial_floats(rows: int, cols: int, slices: int, split: int) -> int:
+    """The float32 tiles of a rows x cols block tile that K slices 1.. hand to slice 0, or (not both at once, in
+    the same shared region) a split CTA to its cluster."""
+    return rows * cols * max(slices - 1, split > 1)
+
+
 def peer_sum(split: int) -> Any:
     """A TIRx macro `(acc, j, local, peer_sums, peer)`: acc[4j:4j + 4] = the sum over the cluster's `split` CTAs, in
     rank order (the same sums in every CTA and run), of the four floats at `local`, a pointer into this CTA's

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..workload import Workload
-from .k_split import peer_sum
+from .k_split import partial_floats, peer_sum
 from .tma_stages import init_stages
 
 ALIGN = 128  # TMA writes a tile to a 128-byte aligned shared address
@@ -43,17 +43,12 @@ def block_tile(p: dict[str, Any]) -> tuple[int, int]:
     return p["warps_r"] * LANE_ROWS * p["tm"], p["warps_c"] * LANE_COLS * p["tn"]
 
 
-def partial_floats(p: dict[str, Any]) -> int:
-    """The float32 tiles that K slices 1.. hand to slice 0, or (not both at once) a split CTA to its cluster."""
-    rows, cols = block_tile(p)
-    return rows * cols * max(p["slices"] - 1, p["split"] > 1)
-
-
 def shared_bytes(p: dict[str, Any]) -> int:
     """The dynamic shared pool: mbarriers (padded to `ALIGN`), the stages or, where larger, the partial tiles,
     and `ALIGN` of slack for aligning the stages at run time."""
     rows, cols = block_tile(p)
-    return 2 * ALIGN + max(p["stages"] * (rows + cols) * p["bk"] * 4, partial_floats(p) * 4)
+    partial = partial_floats(rows, cols, p["slices"], p["split"])
+    return 2 * ALIGN + max(p["stages"] * (rows + cols) * p["bk"] * 4, partial * 4)
 
 
 def tensor_map(k_major: bool, tile: int, extent: int, k: int, bk: int) -> list[int]:
@@ -151,7 +146,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         A_s = pool.alloc((stages * a_stage,), "float32", align=ALIGN)
         B_s = pool.alloc((stages * b_stage,), "float32", align=ALIGN)
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
-        partial = pool.alloc((partial_floats(p) or 4,), "float32", align=16)
+        partial = pool.alloc((partial_floats(rows, cols, slices, split) or 4,), "float32", align=16)
         pool.commit(shared_bytes(p))
         # the dynamic shared base is not always 128-byte aligned: shift the tiles to a 128-byte boundary
         # (counted in 16-byte vectors: TVM's CUDA codegen emits a 16-byte load only where it sees the offset

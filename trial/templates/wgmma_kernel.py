@@ -16,18 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..workload import Workload
-from .k_split import peer_sum
+from .k_split import partial_floats, peer_sum
 from .tma_stages import init_stages
 from .wgmma_operand import K_TILE, SWIZZLE_128B, Operand
 
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 WARPGROUP = 128
 C_PAD = 8  # float16 elements after each row of the staged output tile: rows 4 banks apart, 16-byte aligned
-
-
-def partial_floats(p: dict[str, Any]) -> int:
-    """The float32 tiles that K slices 1.. hand to slice 0, or (not both at once) a split CTA to its cluster."""
-    return p["rows"] * p["cols"] * max(p["slices"] - 1, p["split"] > 1)
 
 
 def staged_halves(p: dict[str, Any]) -> int:
@@ -40,7 +35,8 @@ def shared_bytes(p: dict[str, Any]) -> int:
     the partial tiles and the staged output after them), `ALIGN` of slack for aligning the stages at run
     time."""
     stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE * 2
-    return 2 * ALIGN + max(stages, (partial_floats(p) * 4 or 16) + staged_halves(p) * 2)
+    partial = partial_floats(p["rows"], p["cols"], p["slices"], p["split"])
+    return 2 * ALIGN + max(stages, (partial * 4 or 16) + staged_halves(p) * 2)
 
 
 def kernel(wl: Workload, p: dict[str, Any]) -> Any:
@@ -169,7 +165,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         A_s = pool.alloc((stages * a_stage,), "float16", align=ALIGN)
         B_s = pool.alloc((stages * b_stage,), "float16", align=ALIGN)
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
-        partial = pool.alloc((partial_floats(p) or 4,), "float32", align=16)
+        partial = pool.alloc((partial_floats(rows, cols, slices, split) or 4,), "float32", align=16)
         staged = pool.alloc((staged_halves(p) or 8,), "float16", align=16)  # the output tile, after the partial one
         pool.commit(shared_bytes(p))
         # the dynamic shared base is only 64-byte aligned: shift the tiles to a 1024-byte boundary
