@@ -47,16 +47,16 @@ def test_the_rules_are_the_knob_check(op, spec):
 
 @pytest.mark.parametrize("op,spec", SHAPES)
 def test_possible_keeps_every_value_of_a_valid_configuration(op, spec):
-    """Values are ruled out only when no valid configuration has them: every value of thousands of valid
-    configurations drawn from the plain space is kept."""
+    """Values are ruled out only when no valid configuration has them: every value of the valid configurations
+    among 30,000 drawn from the plain space (hundreds, where one draw in a hundred is valid) is kept."""
     wl, template, kernel = rules(op, spec)
     space, rng, valid = SearchSpace.from_json(template.search_space(wl)), random.Random(3), 0
-    for _ in range(3000):
+    for _ in range(30_000):
         config = space.sample(rng)
         if kernel.excess(config) == 0:
             valid += 1
             assert all(kernel.possible(name, value) for name, value in config.items()), config
-    assert valid > 50
+    assert valid >= 100
 
 
 def test_vector_loads_must_fit_the_tiles():

@@ -53,6 +53,16 @@ def test_a_direct_conv_record_from_before_the_algorithm_knob_gets_it_and_inert_w
         {k: p.least for k, p in space.params.items() if k.startswith("wino_")}
 
 
+@pytest.mark.parametrize("spec", ["conv/N512C3HW227F64K11ST4PD0", "conv/N512C64HW27F192K5ST1PD2"])
+def test_a_direct_conv_record_from_before_tile_n_gave_each_block_one_image(tmp_path, spec):
+    wl = parse_name(spec)
+    direct = {"algorithm": "direct"} if "algorithm" in conv2d.search_space(wl) else {}
+    tuned = {**conv2d.default_params(wl, True), **direct}
+    old = {k: v for k, v in tuned.items() if k != "tile_n"}
+    (found,) = best_of(tmp_path, wl, old)
+    assert {k: v for k, v in found.params.items() if k in tuned} == {**tuned, "tile_n": [512, 1, 1, 1]}
+
+
 def test_a_winograd_record_from_before_wino_kmajor_and_pad_gets_both_at_0(tmp_path):
     wino = {k: v for k, v in conv2d.default_params(CONV, True).items() if k not in ("wino_kmajor", "wino_pad")}
     (found,) = best_of(tmp_path, CONV, wino)

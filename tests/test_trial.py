@@ -63,6 +63,26 @@ def test_random_configs_verify(op, spec):
         assert r.params == params
 
 
+def test_blocks_of_several_images_verify_and_lower_to_cuda():
+    """`tile_n` puts images in a block beside its filters (virtual threads, threads, each thread's own), so one
+    staged filter slice serves them all: the kernel computes the right answer on the CPU, and on the GPU its
+    block has the estimated threads and shared memory."""
+    small = parse("conv", "N8C3HW13F8K3ST2PD1")
+    template = templates.load(small)
+    params = {**template.default_params(small, False), "tile_n": [1, 2, 2, 2]}
+    r = measure(small, params, FAST)
+    assert r.status == "ok", r.reason
+    wl = parse("conv", "N512C3HW227F64K11ST4PD0")
+    params = {"tile_n": [128, 1, 2, 2], "tile_f": [2, 1, 8, 4], "tile_y": [55, 1, 1, 1], "tile_x": [1, 1, 5, 11],
+              "tile_rc": [1, 3], "tile_ry": [11, 1], "tile_rx": [1, 11], "auto_unroll_max_step": 256,
+              "unroll_explicit": 1, "pipeline": 3}
+    check.check(wl, template, params, GPU)
+    source = build.build(wl, template, params, GPU).mod.imports[0].inspect_source()
+    use = template.resources(wl, params)
+    assert use["threads"] == 2 * 8 * 5 and f"__launch_bounds__({use['threads']})" in source
+    assert declared_shared_bytes(source) == use["shared_bytes"] == 3 * 4 * (4 * 3 * 227 + 32 * 3 * 11)
+
+
 def test_knobs_outside_the_space_are_invalid():
     r = measure(parse("mm", "N64K64M64"), {"K": [1, 4, 4, 2], "X": [1, 1, 8, 8], "Y": [1, 1, 8, 8],
                                             "unroll": 0, "vec": 1}, FAST)
@@ -147,8 +167,9 @@ def test_gpu_schedules_lower_to_cuda_with_the_estimated_shared_memory(op, spec):
 
 
 @pytest.mark.parametrize("op,spec,change", [
-    ("conv", "N512C3HW227F64K11ST4PD0", {"tile_f": [64, 1, 1, 1], "tile_y": [1, 5, 11, 1], "tile_x": [55, 1, 1, 1],
-                                          "tile_rc": [3, 1], "tile_ry": [11, 1], "tile_rx": [11, 1]}),
+    ("conv", "N512C3HW227F64K11ST4PD0", {"tile_n": [512, 1, 1, 1], "tile_f": [64, 1, 1, 1], "tile_y": [1, 5, 11, 1],
+                                          "tile_x": [55, 1, 1, 1], "tile_rc": [3, 1], "tile_ry": [11, 1],
+                                          "tile_rx": [11, 1]}),
     ("mm", "N64K64M64", {"K": [1, 64, 1, 1], "X": [64, 1, 1, 1], "Y": [64, 1, 1, 1], "vec": 1}),
 ])
 def test_one_element_shared_tiles_build(op, spec, change):

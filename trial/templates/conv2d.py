@@ -4,9 +4,11 @@ Two algorithms, chosen by the knob `algorithm` where both apply (stride 1, 3x3 a
 `direct` (below) and `winograd` (conv2d_winograd.py, its knobs `wino_*`); each family's knobs matter only
 under its own choice (`_when`, searchspace/condition.py).  Elsewhere the space is the direct one alone.
 
-Direct convolution's knobs (those of the original OpEvo study, plus `pipeline`):
-  tile_f, tile_y, tile_x     factor [F | OH | OW, 4]  output filters / rows / columns: block,
-                             virtual thread, thread, inner
+Direct convolution's knobs (those of the original OpEvo study, plus `tile_n` and `pipeline`):
+  tile_n, tile_f             factor [N | F, 4]        images / output filters: block, virtual thread,
+                                                      thread, inner (a block of several images reuses
+                                                      its filter slice across them)
+  tile_y, tile_x             factor [OH | OW, 4]      output rows / columns: the same four levels
   tile_rc, tile_ry, tile_rx  factor [C | K | K, 2]    reduction over channels / kernel rows /
                              kernel columns: outer (shared-memory stage), inner
   auto_unroll_max_step       discrete [0, 125, 256]   auto-unroll budget (0 = off)
@@ -17,7 +19,8 @@ Direct convolution's knobs (those of the original OpEvo study, plus `pipeline`):
 GPU: each thread block owns a tile of the output; per (rc, ry, rx) outer step (one fused loop, so
 the stages can be pipelined across all of them) it stages the input
 window and the filter slice it needs in shared memory (padding folded into the load) and each thread
-accumulates tile_f[1]*tile_f[3] x tile_y[1]*tile_y[3] x tile_x[1]*tile_x[3] outputs in registers.
+accumulates tile_n[1]*tile_n[3] x tile_f[1]*tile_f[3] x tile_y[1]*tile_y[3] x tile_x[1]*tile_x[3] outputs in
+registers; images and filters share the z axes of the grid, virtual threads and threads.
 CPU: the same tiles; (n, f, y) outer tiles run in parallel, the tile_x[3] columns are vectorised;
 `pipeline` has no CPU meaning.  A block whose shared tiles exceed the device's static limit keeps
 them in dynamic shared memory (`shared_scope`), up to the device's opt-in maximum.
@@ -63,13 +66,13 @@ def search_space(wl: Workload) -> dict[str, Any]:
 
 def upgrade(wl: Workload, params: dict[str, Any]) -> dict[str, Any]:
     """Recorded knobs as this version takes them, since records outlive knob changes: a config recorded
-    before `algorithm` is a direct one, and a Winograd one recorded before `wino_kmajor` and `wino_pad`
-    measured the kernel they build at 0 (as matmul's `upgrade`).  The knobs of the family not chosen, inert,
-    are the space's to fill in (`SearchSpace.with_inert`)."""
-    if not winograd.applies(wl):
-        return params
+    before `algorithm` is a direct one, a direct one recorded before `tile_n` gave each block one image
+    (`tile_n` [N, 1, 1, 1]), and a Winograd one recorded before `wino_kmajor` and `wino_pad` measured the
+    kernel they build at 0 (as matmul's `upgrade`).  The knobs of the family not chosen, inert, are the
+    space's to fill in (`SearchSpace.with_inert`)."""
     if algorithm(wl, params) == "direct":
-        return {"algorithm": "direct", **params}
+        one_image = {} if "tile_n" in params else {"tile_n": [wl.dims["N"], 1, 1, 1]}
+        return {**({"algorithm": "direct"} if winograd.applies(wl) else {}), **params, **one_image}
     return {**params, **{name: 0 for name in ("wino_kmajor", "wino_pad") if name not in params}}
 
 
@@ -103,7 +106,7 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
 
 def _direct_space(wl: Workload) -> dict[str, Any]:
     d, out = wl.dims, wl.out_hw
-    return {"tile_f": factor_knob(d["F"], 4), "tile_y": factor_knob(out, 4),
+    return {"tile_n": factor_knob(d["N"], 4), "tile_f": factor_knob(d["F"], 4), "tile_y": factor_knob(out, 4),
             "tile_x": factor_knob(out, 4), "tile_rc": factor_knob(d["C"], 2),
             "tile_ry": factor_knob(d["K"], 2), "tile_rx": factor_knob(d["K"], 2),
             "auto_unroll_max_step": {"_type": "discrete", "_value": UNROLL_STEPS},
@@ -112,14 +115,16 @@ def _direct_space(wl: Workload) -> dict[str, Any]:
 
 
 def _direct_defaults(wl: Workload, gpu: bool) -> dict[str, Any]:
-    """A hand-picked config: about 256 threads of 2x2 filters each on GPUs, 8-wide rows on CPUs."""
+    """A hand-picked config.  GPUs: a block takes an output row of two images and up to 64 filters; each of
+    its threads 8 filters x up to 8 columns of both images, so that a filter slice staged in shared memory
+    serves twice the outputs.  CPUs: 8-wide rows of one image."""
     d, out = wl.dims, wl.out_hw
     if gpu:
-        tiles = {"tile_f": greedy_split(d["F"], [2, 8, 2]), "tile_y": greedy_split(out, [1, 8, 1]),
-                 "tile_x": greedy_split(out, [1, 16, 1])}
+        tiles = {"tile_n": greedy_split(d["N"], [1, 1, 2]), "tile_f": greedy_split(d["F"], [1, 8, 8]),
+                 "tile_y": greedy_split(out, [1, 1, 1]), "tile_x": greedy_split(out, [1, 16, 8])}
     else:
-        tiles = {"tile_f": greedy_split(d["F"], [1, 1, 4]), "tile_y": greedy_split(out, [1, 1, 1]),
-                 "tile_x": greedy_split(out, [1, 1, 8])}
+        tiles = {"tile_n": [d["N"], 1, 1, 1], "tile_f": greedy_split(d["F"], [1, 1, 4]),
+                 "tile_y": greedy_split(out, [1, 1, 1]), "tile_x": greedy_split(out, [1, 1, 8])}
     return {**tiles, "tile_rc": greedy_split(d["C"], [8]), "tile_ry": [d["K"], 1],
             "tile_rx": [1, d["K"]], "auto_unroll_max_step": 256 if gpu else 125, "unroll_explicit": 1, "pipeline": int(gpu)}
 
@@ -150,14 +155,14 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
 
 def _direct_resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     """What one thread block of the GPU schedule uses: threads, shared bytes, registers per thread."""
-    f, y, x = p["tile_f"], p["tile_y"], p["tile_x"]
+    n, f, y, x = p["tile_n"], p["tile_f"], p["tile_y"], p["tile_x"]
     rc, ry, rx = p["tile_rc"][1], p["tile_ry"][1], p["tile_rx"][1]
     s = wl.dims["ST"]
     item = np.dtype(wl.dtype).itemsize
-    window = rc * ((math.prod(y[1:]) - 1) * s + ry) * ((math.prod(x[1:]) - 1) * s + rx)
+    window = math.prod(n[1:]) * rc * ((math.prod(y[1:]) - 1) * s + ry) * ((math.prod(x[1:]) - 1) * s + rx)
     filters = math.prod(f[1:]) * rc * ry * rx
-    accumulators = f[1] * f[3] * y[1] * y[3] * x[1] * x[3]
-    return {"threads": f[2] * y[2] * x[2], "thread_dims": (x[2], y[2], f[2]),
+    accumulators = n[1] * n[3] * f[1] * f[3] * y[1] * y[3] * x[1] * x[3]
+    return {"threads": n[2] * f[2] * y[2] * x[2], "thread_dims": (x[2], y[2], n[2] * f[2]),
             "shared_bytes": (window + filters) * item * pipeline_buffers(p["pipeline"]),
             "registers_per_thread": accumulators + 16, "async_copy": p["pipeline"] >= 2}
 
@@ -184,23 +189,24 @@ def _direct_schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRM
         sch.compute_inline(sch.get_sblock("pad"))
     conv = sch.get_sblock("conv")
     n, f, y, x, rc, ry, rx = sch.get_loops(conv)
+    n0, n1, n2, n3 = sch.split(n, p["tile_n"])
     f0, f1, f2, f3 = sch.split(f, p["tile_f"])
     y0, y1, y2, y3 = sch.split(y, p["tile_y"])
     x0, x1, x2, x3 = sch.split(x, p["tile_x"])
     rc0, rc1 = sch.split(rc, p["tile_rc"])
     ry0, ry1 = sch.split(ry, p["tile_ry"])
     rx0, rx1 = sch.split(rx, p["tile_rx"])
-    sch.reorder(n, f0, y0, x0, f1, y1, x1, f2, y2, x2, rc0, ry0, rx0, rc1, ry1, rx1, f3, y3, x3)
+    sch.reorder(n0, f0, y0, x0, n1, f1, y1, x1, n2, f2, y2, x2, rc0, ry0, rx0, rc1, ry1, rx1, n3, f3, y3, x3)
     r0 = sch.fuse(rc0, ry0, rx0)
     local = sch.cache_write(conv, 0, "local")
     sch.reverse_compute_at(local, x2)
     if gpu:
-        outer = sch.fuse(n, f0)
+        outer = sch.fuse(n0, f0)
         for loop, axis in [(outer, "blockIdx.z"), (y0, "blockIdx.y"), (x0, "blockIdx.x"),
-                           (f1, "vthread.z"), (y1, "vthread.y"), (x1, "vthread.x"),
-                           (f2, "threadIdx.z"), (y2, "threadIdx.y"), (x2, "threadIdx.x")]:
+                           (sch.fuse(n1, f1), "vthread.z"), (y1, "vthread.y"), (x1, "vthread.x"),
+                           (sch.fuse(n2, f2), "threadIdx.z"), (y2, "threadIdx.y"), (x2, "threadIdx.x")]:
             sch.bind(loop, axis)
-        threads = [("threadIdx.z", p["tile_f"][2]), ("threadIdx.y", p["tile_y"][2]),
+        threads = [("threadIdx.z", p["tile_n"][2] * p["tile_f"][2]), ("threadIdx.y", p["tile_y"][2]),
                    ("threadIdx.x", p["tile_x"][2])]
         scope = shared_scope(target, _direct_resources(wl, p)["shared_bytes"])
         for index in (0, 1):
@@ -211,7 +217,7 @@ def _direct_schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRM
             sch.compute_inline(sch.get_sblock("pad"))
         pipeline(sch, r0, p["pipeline"])
     else:
-        outer = sch.fuse(n, f0, y0)
+        outer = sch.fuse(n0, f0, y0)
         sch.parallel(outer)
         if p["tile_x"][3] > 1:
             sch.vectorize(x3)
