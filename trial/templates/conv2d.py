@@ -70,10 +70,10 @@ def upgrade(wl: Workload, params: dict[str, Any]) -> dict[str, Any]:
     (`tile_n` [N, 1, 1, 1]), and a Winograd one recorded before `wino_kmajor` and `wino_pad` measured the
     kernel they build at 0 (as matmul's `upgrade`).  The knobs of the family not chosen, inert, are the
     space's to fill in (`SearchSpace.with_inert`)."""
-    if algorithm(wl, params) == "direct":
-        one_image = {} if "tile_n" in params else {"tile_n": [wl.dims["N"], 1, 1, 1]}
-        return {**({"algorithm": "direct"} if winograd.applies(wl) else {}), **params, **one_image}
-    return {**params, **{name: 0 for name in ("wino_kmajor", "wino_pad") if name not in params}}
+    if algorithm(wl, params) == "winograd":
+        return {**params, **{name: 0 for name in ("wino_kmajor", "wino_pad") if name not in params}}
+    direct = {"tile_n": [wl.dims["N"], 1, 1, 1], **params}
+    return {**direct, "algorithm": "direct"} if winograd.applies(wl) else direct
 
 
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
