@@ -29,7 +29,7 @@ specs (all numbers positive; layout letters are N or T for A then B, default PNN
   mm    N<n>K<k>M<m>[P<layout>][_<type>]   e.g. N512K1024M1024, N512K1024M1024PNT, N512K1024M1024_f16
   bmm   B<b>N<n>K<k>M<m>[P<layout>][_<type>]  e.g. B960N128K128M64PTN, B960N128K64M128PNT_i8
   conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>   e.g. N512C3HW227F64K11ST4PD0 (NCHW, square image/kernel)
-  <type>: none (float32), f16, i8 or e4m3: the inputs' type, on tensor cores (README: Workload specs)
+  <type>: none (float32), f16, i8 or e4m3: the inputs' type, on tensor cores (docs/tuning.md: Workload specs)
 
 by hand:   python -m trial mm N512K1024M1024 --params '{"K": [128, 8, 1], "X": [4, 2, 16, 4], ...}'
 under NNI: trialCommand: python -m trial mm N512K1024M1024   (knobs from the tuner)
