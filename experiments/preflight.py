@@ -103,5 +103,6 @@ def _build(path: Path, algo: Any) -> Any:
             tuner = create_customized_class_instance({"codeDirectory": algo.code_directory,
                                                       "className": algo.class_name, "classArgs": algo.class_args})
     except Exception as err:
-        raise ConfigError(f"{path}: the tuner {algo.name or algo.class_name} rejects its classArgs: {_said(err)}") from None
+        name = algo.name or algo.class_name
+        raise ConfigError(f"{path}: the tuner {name} rejects its classArgs: {_said(err)}") from None
     return tuner

@@ -6,6 +6,8 @@ On a terminal it is one tqdm bar that redraws in place; elsewhere (a log file, C
 """
 from __future__ import annotations
 
+import io
+import os
 import sys
 import time
 from collections import Counter
@@ -41,6 +43,15 @@ def duration(seconds: float) -> str:
     return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
 
 
+def _sized(stream: TextIO) -> bool:
+    """Whether `stream` writes to a terminal that knows its size."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+    return size.columns > 0 and size.lines > 0
+
+
 class Progress:
     """Called with NNI's state and the trials at each poll (`manager.wait`'s `progress`)."""
 
@@ -53,16 +64,19 @@ class Progress:
         self._last_line = -float("inf")
         self._last_state = ""
         use_bar = self.stream.isatty() if bar is None else bar
-        self._bar = tqdm(total=budget, desc="tuning", unit="trial", file=self.stream, dynamic_ncols=True,
-                         bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| [{elapsed}<{remaining}, {rate_fmt}] "
-                                    "{postfix}") if use_bar else None
+        sized = _sized(self.stream)  # a pseudo-terminal without a size reads 0 x 0, and tqdm then draws nothing
+        self._bar = tqdm(total=budget, desc="tuning", unit="trial", file=self.stream, dynamic_ncols=sized,
+                         ncols=None if sized else 120, nrows=None if sized else 24,
+                         bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| [{elapsed}<{remaining}, {rate_fmt}{postfix}]",
+                         ) if use_bar else None
 
     def __call__(self, state: str, records: list[TrialRecord]) -> None:
         done = sum(r.status not in ACTIVE for r in records)
         detail = f"{statuses(records)}, {best_text(records)}"
         if self._bar is not None:
+            self._bar.set_postfix_str(detail if state == "RUNNING" else f"{state}: {detail}", refresh=False)
             self._bar.update(max(0, done - self._bar.n))
-            self._bar.set_postfix_str(detail if state == "RUNNING" else f"{state}: {detail}")
+            self._bar.refresh()
             return
         now = time.monotonic()
         finished = self.budget is not None and done >= self.budget

@@ -64,7 +64,8 @@ def follow(port: int, budget: int | None, timeout_s: float, poll_s: float = 2.0)
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.tune", description=__doc__.split("\n\n")[0])
-    p.add_argument("config", type=Path, help="an experiment config, e.g. experiments/mm/N512K1024M1024/config_opevo.yml")
+    p.add_argument("config", type=Path,
+                   help="an experiment config, e.g. experiments/mm/N512K1024M1024/config_opevo.yml")
     p.add_argument("--port", type=number_type(int, 1, 65535), default=8080, help="web UI port (default 8080)")
     p.add_argument("--timeout", type=number_type(float, 1, 30 * 24 * 3600), default=24 * 3600,
                    help="stop following after this many seconds")
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"experiment {exp_id} failed: {failed}", file=sys.stderr)
     else:
+        if final not in ("DONE", "NO_MORE_TRIAL"):
+            print(f"experiment {exp_id} is {final} after --timeout {args.timeout:g} s; what it found so far:")
         folder = Path(_api(args.port, "/experiment").get("logDir") or args.config.parent)
         tuner = args.config.stem.removeprefix("config_")
         print(summary(trials(args.port), config.trial_command, exp_id, folder, tuner, args.port,
