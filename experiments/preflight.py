@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nni.experiment.config import ExperimentConfig
+from nni.experiment.config.utils import unset_base_path
 from nni.tools.package_utils.tuner_factory import create_builtin_class_instance, create_customized_class_instance
 
 
@@ -34,6 +35,9 @@ def load_config(path: Path) -> ExperimentConfig:
     try:
         return ExperimentConfig.load(path)
     except Exception as err:  # NNI raises yaml, Type, Value and Attribute errors here
+        # NNI 3.0's load sets a module-wide base path and clears it only when it succeeds; left set,
+        # every later load in this process fails an assertion (nni/experiment/config/utils/internal.py)
+        unset_base_path()
         raise ConfigError(f"{path} is not an NNI experiment config: {_said(err)}") from None
 
 

@@ -151,6 +151,16 @@ def test_a_broken_config_is_refused_before_nnictl(change, message, tmp_path, no_
     assert message in main_error([str(config)], capsys)
 
 
+def test_a_config_nni_cannot_load_leaves_the_next_one_loadable(tmp_path, no_nnictl, capsys):
+    """NNI's loader keeps a module-wide base path that a failed load left set, failing every later load."""
+    config = write_config(tmp_path, WORKLOAD, "opevo", trials=4)
+    broken = config.with_name("config_broken.yml")
+    broken.write_text(config.read_text() + "trialConcurency: 2\n")
+    assert "is not an NNI experiment config" in main_error([str(broken)], capsys)
+    break_space(config, REJECTED[0][0])
+    assert "rejects" in main_error([str(config)], capsys)
+
+
 def test_a_config_that_is_not_yaml_is_refused_before_nnictl(tmp_path, no_nnictl, capsys):
     config = tmp_path / "config_opevo.yml"
     config.write_text("tuner: [unclosed\n")
