@@ -8,6 +8,7 @@ it says how far each figure's repeats spread, since a busy machine moves CPU tim
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,12 +105,13 @@ def summary(records: list[TrialRecord], trial_command: str, exp_id: str, plot_di
            f"{top.sequence + 1} of {len(records)}")]
     rows: list[Timed] = []
     if top is not None:
-        out.append(f"  params: {top.metric['params']}")
+        out.append(f"  params: {json.dumps(top.metric['params'])}")
         if top.metric.get("warning"):
             out.append(f"  warning (trial {top.sequence + 1}): {top.metric['warning']}")
     if top is not None and found:
         wl = parse(*found[:2])
-        options = options or Options(target=os.environ.get("OPEVO_TARGET", "auto"), runner=trial_runner(trial_command))
+        options = options or Options(target=os.environ.get("OPEVO_TARGET", "auto"),
+                                     runner=trial_runner(trial_command))
         rows, where = retime(wl, top.metric["params"], options, f"tuned (trial {top.sequence + 1})")
         out.append(f"re-timed one after the other on {where}, {options.repeat} repeats each:")
         out += table(rows, cpu=str(top.metric.get("target", "")).startswith("llvm"))
