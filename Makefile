@@ -11,7 +11,7 @@ RETUNE ?=
 EXPERIMENT = experiments/$(OP)/$(SPEC)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test-debs test tune experiment trial gpu-check clean cuda-env rocm-env
+.PHONY: help install test-debs test tune stop experiment trial gpu-check clean cuda-env rocm-env
 
 # Docker environments. The image installs the suite with `make install VENV=/opt/venv` (the install
 # CI runs) into a venv outside the repository, which is mounted at CONTAINER_REPO, where the image's
@@ -65,6 +65,9 @@ test: install test-debs  ## run the test suite (CPU only); installs chromium and
 tune: install  ## tune OP/SPEC with TUNER (default mm N512K1024M1024, opevo) on the best target; web UI on PORT; RETUNE=1 to tune a recorded workload again
 	test -f $(EXPERIMENT)/config_$(TUNER).yml || $(BIN)/python -m experiments.write $(OP) $(SPEC)
 	$(BIN)/python -m experiments.tune $(EXPERIMENT)/config_$(TUNER).yml --port $(PORT) $(if $(RETUNE),--retune)
+
+stop:  ## stop the experiment whose web UI is on PORT (and its web UI), e.g. the one `make tune` left running
+	$(BIN)/nnictl stop --port $(PORT)
 
 experiment: install  ## write the experiment folder of OP/SPEC (search space + one config per tuner)
 	$(BIN)/python -m experiments.write $(OP) $(SPEC)

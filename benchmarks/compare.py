@@ -44,9 +44,9 @@ from trial.target import KINDS
 from trial.workload import SpecError, Workload, parse_name
 
 from . import driver, metaschedule
-from .plots import convergence
+from experiments.plots import convergence
 from .summary import best, breakdown, summarize, table
-from .vendor import baseline as vendor_baseline
+from trial.vendor import baseline as vendor_baseline
 
 _logger = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from trial.results import MeasureResult
 from trial.target import Target
 from trial.workload import Workload
 
-from .plots import best_so_far
+from experiments.plots import best_so_far
 
 
 class SeededEvolutionTuner(EvolutionTuner):

@@ -26,8 +26,8 @@ from trial.measure import Options
 from trial.results import Status
 from trial.workload import Workload, parse_name
 
-from .plots import best_so_far, trials_to
-from .vendor import baseline
+from experiments.plots import best_so_far, trials_to
+from trial.vendor import baseline
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 from trial.measure import Options, measure
 from trial.workload import parse_name
 
-from .vendor import baseline
+from trial.vendor import baseline
 
 STUDY = ["mm/N512K1024M1024", "mm/N512K1024M4096", "mm/N512K4096M1024", "bmm/B960N128K128M64PNN",
          "bmm/B960N128K128M64PTN", "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0",

@@ -8,7 +8,7 @@ import numpy as np
 from trial.results import STAGES, Status
 
 from . import driver, metaschedule
-from .plots import trials_to
+from experiments.plots import trials_to
 
 
 def best(run: driver.Run) -> float:

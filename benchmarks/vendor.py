@@ -1,142 +1,14 @@
-"""Vendor-library baselines through PyTorch: cuBLAS (mm, bmm) and cuDNN (conv) in the workload's type and
-layout (FP32 with TF32 off; float16, int8 and float8 e4m3 on tensor cores).
-
-PyTorch is not a dependency of the suite; these baselines run where it is installed (GPU machines).
-The benchmarks call `baseline`, which times the library only where that makes sense and under the
-device lock, with the run's repeat settings.  On its own:
+"""The vendor library (cuBLAS/cuDNN through PyTorch, trial/vendor.py) on workloads, as the benchmarks time it:
 
     python -m benchmarks.vendor conv/N512C64HW27F192K5ST1PD2 [--cudnn-heuristics]
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-from collections.abc import Callable
-from typing import Any
 
-from trial import devicelock
-from trial.measure import Options
-from trial.verify import int8_bound
-from trial.workload import SpecError, Workload, parse_name
-
-GRAPH_CALLS = 100
-"""Calls captured in one graph; a timed repeat replays it until it lasts `min_repeat_ms` (as the suite's
-kernels are timed: trial/graphs.py, which captures through the CUDA driver rather than PyTorch)."""
-
-
-def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
-             min_repeat_ms: float = Options.min_repeat_ms, cudnn_benchmark: bool = True) -> dict[str, Any] | None:
-    """The vendor library on `wl` (`time_vendor`) under the CUDA device lock, or None where it has no figure.
-
-    `target` is where the kernels ran: a target kind or a measurement's target string ("cuda sm_90"),
-    or an object with a `kind`.  None unless that is CUDA, PyTorch is installed and sees a CUDA device.
-    """
-    kind = getattr(target, "kind", target) or ""
-    if not str(kind).startswith("cuda"):
-        return None
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    with devicelock.acquire("cuda", 1):
-        return time_vendor(wl, repeat, min_repeat_ms, cudnn_benchmark)
-
-
-def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float = Options.min_repeat_ms,
-                cudnn_benchmark: bool = True) -> dict[str, Any] | None:
-    """Median latency (ms) and GFLOPS of the vendor library on `wl`, on the current CUDA device; None where
-    the library has no kernel for it (`_call`).
-
-    cuDNN picks its algorithm by timing them all (`cudnn_benchmark`, as a user tuning for speed would) or,
-    with False, by its heuristics (PyTorch's default).
-
-    The calls are replayed from a CUDA graph: launched one by one from Python, each costs the CPU more
-    (PyTorch's dispatch, ~15 us on an H100 machine) than a small GEMM takes on the GPU, so the GPU waited
-    between calls and the library read up to 4x slow (docs/benchmarks.md), lower still while tuning
-    loaded the CPU.
-    The suite's kernels are replayed from a CUDA graph too (trial/graphs.py).  Where a call cannot be
-    captured, it is timed eagerly, and "timing" says so.
-    """
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = cudnn_benchmark
-    found = _call(wl, torch)
-    if found is None:
-        return None
-    name, fn = found
-    if wl.op == "conv" and not cudnn_benchmark:
-        name += ", heuristic algorithm (cudnn.benchmark off)"
-    side = torch.cuda.Stream()  # warm-up (cuDNN's algorithm search, cuBLAS's workspace) off the capture stream
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    one = _elapsed_ms(torch, fn)
-    calls = max(1, min(GRAPH_CALLS, int(min_repeat_ms / max(one, 1e-3))))
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
-        run, timing = graph.replay, "CUDA graph"
-    except RuntimeError:  # not capturable: time the calls as launched
-        run, timing = (lambda: [fn() for _ in range(calls)]), "eager"
-    run()
-    replays = max(1, int(min_repeat_ms / max(_elapsed_ms(torch, run), 1e-3)))
-    ms = statistics.median(_elapsed_ms(torch, run, replays) / calls for _ in range(repeat))
-    return {"library": name, "latency_ms": ms, "gflops": wl.flops / ms / 1e6, "timing": timing}
-
-
-def _elapsed_ms(torch: Any, run: Callable[[], Any], times: int = 1) -> float:
-    """GPU milliseconds of `times` runs of `run`, between two CUDA events, per run."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(times):
-        run()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / times
-
-
-def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
-    """The library's name (with the type) and a call of it on `wl`'s operands in `wl`'s type and layout, or None.
-
-    float32 and float16: torch.mm / torch.bmm (float16 writes float16, as cuBLAS's half GEMM does); int8:
-    torch._int_mm (int32 out); float8 e4m3: torch._scaled_mm with unit scales (float32 out), whose cuBLASLt
-    kernel takes B column-major only, so a PNN B is copied to that layout once, outside the timing.  Neither
-    8-bit call has a batched form.
-    """
-    import torch.nn.functional as F
-
-    dev, e = torch.device("cuda"), wl.element
-    if e.itemsize == 1 and wl.op == "bmm":
-        return None
-    if e.is_integer:
-        bound = int8_bound(wl.reduction)
-        a, b = (torch.randint(-bound, bound + 1, s, device=dev, dtype=torch.int8) for s in wl.input_shapes)
-    else:
-        a, b = ((torch.rand(s, device=dev) * 2 - 1).to(getattr(torch, e.name)) for s in wl.input_shapes)
-    if wl.op == "conv":
-        d = wl.dims
-        return "cuDNN FP32 (TF32 off)", lambda: F.conv2d(a, b, stride=d["ST"], padding=d["PD"])
-    x = a.transpose(-1, -2) if wl.layout[0] == "T" else a
-    y = b.transpose(-1, -2) if wl.layout[1] == "T" else b
-    if e.is_integer:
-        return "cuBLAS int8 (torch._int_mm)", lambda: torch._int_mm(x, y)
-    if e.itemsize == 1:
-        y = y.t().contiguous().t()
-        one = torch.ones((), device=dev)
-        return ("cuBLAS float8 e4m3 (torch._scaled_mm)",
-                lambda: torch._scaled_mm(x, y, scale_a=one, scale_b=one, out_dtype=torch.float32))
-    name = "cuBLAS float16" if e.mma_k else "cuBLAS FP32 (TF32 off)"
-    return name, (lambda: torch.bmm(x, y)) if wl.op == "bmm" else (lambda: torch.mm(x, y))
+from trial.vendor import baseline
+from trial.workload import SpecError, parse_name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,8 @@ import yaml
 from nni.tuner import Tuner
 from nni_experiment import free_port
 
-from benchmarks import compare, driver, experiments, gpucheck, plots, proposals
+from benchmarks import compare, driver, experiments, gpucheck, proposals
+from experiments import plots
 from experiments import registry, write
 from trial import templates
 from trial.results import STAGES, STATUSES, MeasureResult

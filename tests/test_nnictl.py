@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from nni_experiment import free_port, log_tail, running, write_config
 
-from experiments import tune
+from experiments import manager, tune
 from trial.results import STATUSES
 from trial.records import Records
 from trial.records.nni_import import import_experiment
@@ -131,12 +131,12 @@ def test_create_starts_again_only_a_manager_that_answered_too_late(monkeypatch, 
         out = outputs[len(calls) - 1]
         return subprocess.CompletedProcess(args, 1 if out else 0, stdout=out, stderr="")
 
-    monkeypatch.setattr(tune, "nnictl", fake_nnictl)
-    monkeypatch.setattr(tune, "_api", lambda port, path: {"id": "abc123"})
-    monkeypatch.setattr(tune.time, "sleep", lambda s: None)
+    monkeypatch.setattr(manager, "nnictl", fake_nnictl)
+    monkeypatch.setattr(manager, "_api", lambda port, path: {"id": "abc123"})
+    monkeypatch.setattr(manager.time, "sleep", lambda s: None)
     if raises:
         with pytest.raises(RuntimeError, match=re.escape(outputs[-1][:40])):
-            tune.create(Path("config_opevo.yml"), 8080)
+            manager.create(Path("config_opevo.yml"), 8080)
     else:
-        assert tune.create(Path("config_opevo.yml"), 8080) == "abc123"
+        assert manager.create(Path("config_opevo.yml"), 8080) == "abc123"
     assert calls == [("create", "--config", "config_opevo.yml", "--port", "8080")] * starts

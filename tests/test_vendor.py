@@ -1,15 +1,16 @@
-"""The vendor baselines (benchmarks.vendor) where there is no GPU: no figure, and the command says why."""
+"""The vendor baselines (trial.vendor, benchmarks.vendor) where there is no GPU: no figure, and the command says why."""
 import sys
 
 import pytest
 
 from benchmarks import vendor
+from trial.vendor import baseline
 from trial.workload import parse
 
 
 def test_vendor_baseline_only_on_cuda():
     wl = parse("mm", "N32K32M32")
-    assert vendor.baseline(wl, "llvm") is None and vendor.baseline(wl, "") is None
+    assert baseline(wl, "llvm") is None and baseline(wl, "") is None
 
 
 def test_vendor_command_says_why_it_has_no_figure(capsys, monkeypatch):

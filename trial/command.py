@@ -22,3 +22,9 @@ def read_trial_command(command: str) -> tuple[str, str, str | None] | None:
     """(op, spec, tuner or None) of a suite trialCommand, or None for another command."""
     found = _COMMAND.search(command)
     return (found["op"], found["spec"], found["tuner"]) if found else None
+
+
+def trial_runner(command: str) -> str:
+    """The `--runner` of a suite trialCommand (trial/remote.py), LOCAL where it gives none."""
+    found = re.search(r"--runner (\S+)", command)
+    return found[1] if found else LOCAL

@@ -14,6 +14,8 @@ into the NNI 3.0 tuner protocol, whose pitfalls it handles once for every algori
 * NNI 3.0 never calls `save_checkpoint`, so every change is logged to a state file in
   `NNI_CHECKPOINT_DIRECTORY` (`tuners.state`) and read back by `update_search_space`; `import_data`
   feeds in earlier results on resume.
+* A tuner method that raises stops NNI's dispatcher silently (the experiment stays RUNNING with no trial),
+  so each one reports its error to the manager first (`tuners.failure`): the experiment ends as ERROR.
 
 The classArgs every tuner takes are in `tuners.classargs`; warm start is `tuners.warm`.
 """
@@ -33,6 +35,7 @@ from nni.tuner import Tuner
 from searchspace import Config, ConstrainedSpace, SearchSpace
 
 from .classargs import CommonArgs
+from .failure import reported
 from .ledger import Ledger
 from .state import PENDING, Entry, StateFile, parse_metric
 from .warm import recorded_best
@@ -84,6 +87,7 @@ class SpaceTuner(Ledger, Tuner):
 
     # ---- NNI Tuner API ------------------------------------------------------------------------------
 
+    @reported("rejected the search space")
     def update_search_space(self, search_space: dict[str, Any]) -> None:
         """Build the space; on the first call also restore the state a previous run of this experiment saved.
 
@@ -121,6 +125,7 @@ class SpaceTuner(Ledger, Tuner):
             self._flush()
         self._send(ready)
 
+    @reported("failed to propose parameters")
     def generate_multiple_parameters(self, parameter_id_list: list[int], **kwargs: Any) -> list[Config]:
         """Parameters for a prefix of the ids; the rest wait in a queue and go out through st_callback.
 
@@ -156,6 +161,7 @@ class SpaceTuner(Ledger, Tuner):
                 raise nni.NoMoreTrialError("every configuration of the search space has been proposed")
         raise nni.NoMoreTrialError("no configuration can be proposed now and there is no st_callback to send one later")
 
+    @reported("failed on a trial's result")
     def receive_trial_result(self, parameter_id: int, parameters: Config, value: Any, **kwargs: Any) -> None:
         """Record a final result, paired by parameter id.
 
@@ -180,6 +186,7 @@ class SpaceTuner(Ledger, Tuner):
             self._flush()
         self._send(ready)
 
+    @reported("failed on a trial's end")
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
         """A trial ended; if it left no result its configuration counts as measured and failed."""
         with self._lock:
@@ -194,6 +201,7 @@ class SpaceTuner(Ledger, Tuner):
             self._flush()
         self._send(ready)
 
+    @reported("failed to import earlier results")
     def import_data(self, data: list[dict[str, Any]]) -> None:
         """Take in earlier results, as NNI sends them on resume: [{"parameter": ..., "value": ...}, ...]."""
         with self._lock:

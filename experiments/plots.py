@@ -1,4 +1,5 @@
-"""The convergence figure of a comparison: best GFLOPS so far against trials, per tuner over its seeds.
+"""The convergence figure: best GFLOPS so far against trials, per tuner over its seeds (a benchmark
+comparison) or of one experiment (`make tune`'s summary).
 
 Also the curve figures the tables use (`best_so_far`, `trials_to`).
 """
@@ -31,12 +32,14 @@ def spread(curves: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray, n
 
 def convergence(curves: Mapping[str, Sequence[Sequence[float]]], path: str | os.PathLike[str], title: str,
                 vendor: tuple[str, float] | None = None,
-                finals: Mapping[str, Sequence[float]] | None = None) -> None:
+                finals: Mapping[str, Sequence[float]] | None = None,
+                references: Sequence[tuple[str, float]] = ()) -> None:
     """Write a PNG: per tuner the median best-so-far curve over its runs, shaded between the quartiles.
 
     `curves` maps a tuner to one best-so-far curve per run; `vendor` is (library, GFLOPS), drawn as a
     horizontal line; `finals` maps a tuner to figures re-timed after its search (drawn as stars at
-    its last trial), for tuners whose curve comes from their own measurements.
+    its last trial), for tuners whose curve comes from their own measurements; `references` are
+    (label, GFLOPS) drawn as dotted horizontal lines (e.g. the hand-picked config).
     """
     import matplotlib
 
@@ -60,6 +63,9 @@ def convergence(curves: Mapping[str, Sequence[Sequence[float]]], path: str | os.
                     label=f"{tuner}: best re-timed by the suite")
     if vendor:
         ax.axhline(vendor[1], color="black", linestyle="--", linewidth=1.2, label=f"{vendor[0]} ({vendor[1]:.0f})")
+    for j, (label, value) in enumerate(references):
+        ax.axhline(value, color=f"C{(len(curves) + j) % 10}", linestyle=":", linewidth=1.4,
+                   label=f"{label} ({value:.1f})")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
