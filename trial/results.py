@@ -30,9 +30,10 @@ STATUSES = tuple(s.value for s in Status)
 
 STAGES = ("startup", "setup", "build", "lock_wait", "run", "exit")
 """Seconds of one measurement, in order: reaching the measuring service (starting it, when none runs);
-finding the target and a free build worker; knob check, compilation and export; waiting for the
-device (its runner, the reference outputs, the device lock); verification and timing; the answer's
-way back.  They add up to the whole call; a stage the measurement never reached is missing."""
+finding the target and a free build worker, the knob check, and waiting for the CPU to be free of
+timings (trial/devicelock.py); compilation and export; waiting for the device (its runner, the
+reference outputs, the device lock); verification and timing; the answer's way back.  They add up
+to the whole call; a stage the measurement never reached is missing."""
 
 REASON_CHARS = 600
 

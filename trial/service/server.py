@@ -35,6 +35,10 @@ from .client import ROOT
 from .pools import Builders, Devices, Runner
 from .worker import CallCancelled, CallFailed, Worker, WorkerDied, WorkerTimeout
 
+WAIT_FOR_CPU_S = 3600.0
+"""The most a build waits for CPU timings to end (each ends within its run timeout, or is killed)."""
+
+
 class Service:
     def __init__(self, workdir: Path, idle_s: float, build_workers: int, checkout: Checkout) -> None:
         self.workdir, self.idle_s, self.checkout = workdir, idle_s, checkout
@@ -72,8 +76,7 @@ class Service:
         try:
             if not m.get("library"):
                 with self.builders.worker() as builder:
-                    marks["building"] = time.time()
-                    built = self._build(builder, m, target, path, gone)
+                    built = self._build(builder, m, target, path, marks, gone)
                 if built is None:
                     return None
                 algorithm = built.pop("algorithm", algorithm)
@@ -93,13 +96,21 @@ class Service:
                 path.unlink(missing_ok=True)
 
     @staticmethod
-    def _build(builder: Worker, m: dict[str, Any], target: Target, path: Path,
+    def _build(builder: Worker, m: dict[str, Any], target: Target, path: Path, marks: dict[str, float],
                gone: Callable[[], bool]) -> dict[str, Any] | None:
         timeout = m["options"]["build_timeout_s"]
+        marks["building"] = time.time()
+
+        def progress(kind: str, _payload: Any) -> float:
+            if kind == "waiting":  # for a CPU timing (trial/devicelock.py): each is bounded by its run timeout
+                return WAIT_FOR_CPU_S
+            marks[kind] = time.time()  # "building": the CPU is ours to share, the build's deadline starts
+            return timeout
+
         try:
             return builder.call("trial.service.builder:build_library", m["op"], m["spec"], m["params"],
                                 m["options"]["template"], target.describe(), str(path), m["sys_path"],
-                                bool(m.get("keep")), timeout=timeout, cancelled=gone)
+                                bool(m.get("keep")), timeout=timeout, progress=progress, cancelled=gone)
         except CallCancelled:
             return None
         except WorkerTimeout:
