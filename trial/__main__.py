@@ -36,8 +36,9 @@ under NNI: trialCommand: python -m trial mm N512K1024M1024   (knobs from the tun
 remote:    python -m trial mm N512K1024M1024 --runner rpc://127.0.0.1:9190/h100   (TVM RPC tracker and key)
 
 The result is {"default": gflops, "gflops", "latency_ms", "latency_std_ms", "build_s", "status",
-"reason", "target", "device", "params", "parameter_id"}; status is one of ok, invalid,
-compile_error, runtime_error, timeout, wrong_result.
+"reason", "target", "device", "warning", "params", "parameter_id"}; status is one of ok, invalid,
+compile_error, runtime_error, timeout, wrong_result; warning is "" unless the timing is doubtful
+(its repeats spread widely, or other processes kept the CPU busy while it was timed).
 """
 
 

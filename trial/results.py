@@ -50,6 +50,7 @@ class MeasureResult:
     target: str = ""
     device: str = ""  # the device's model name
     device_index: int | None = None
+    warning: str = ""  # "" where the timing looks sound, else why not (trial/noise.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def report(self, parameter_id: Any = None) -> dict[str, Any]:
@@ -62,7 +63,7 @@ class MeasureResult:
             out["device"] = f"{self.device} (device {self.device_index})"
         # NNI 3.0's dispatcher parses metrics with json_tricks, whose comment stripping breaks on
         # '#' inside nested strings (the metric is then lost): text carries a look-alike instead.
-        for key in ("reason", "target", "device", "timing"):
+        for key in ("reason", "target", "device", "timing", "warning"):
             out[key] = out[key].replace("#", "\uff03")
         out["parameter_id"] = parameter_id
         return out
