@@ -22,7 +22,7 @@ from filelock import FileLock
 
 from searchspace import SearchSpace
 
-from .. import templates
+from .. import diskfull, templates
 from ..results import MeasureResult
 from ..workload import Workload
 
@@ -104,15 +104,24 @@ class Records:
             # at once, without waiting, while another process is doing the same
             with FileLock(f"{self.path}.lock"), self._connect() as db:
                 db.executescript(_SCHEMA)
+        except RecordsError:
+            raise
         except (OSError, sqlite3.Error) as err:
             raise RecordsError(f"records store {self.path}: {getattr(err, 'strerror', None) or err}") from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        with closing(sqlite3.connect(self.path, timeout=60)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            with db:  # one transaction: committed on success, rolled back on error
-                yield db
+        """A connection in one transaction; a full disk (which SQLite may call a "disk I/O error") says so."""
+        try:
+            with closing(sqlite3.connect(self.path, timeout=60)) as db:
+                db.execute("PRAGMA journal_mode=WAL")
+                with db:  # one transaction: committed on success, rolled back on error
+                    yield db
+        except (OSError, sqlite3.Error) as err:
+            cause = diskfull.full(err, self.path.parent)
+            if cause is None:
+                raise
+            raise RecordsError(f"records store {self.path}: {cause} ({err})") from err
 
     def append(self, wl: Workload, result: MeasureResult, experiment: str | None = None,
                trial: str | None = None, tuner: str | None = None) -> bool:

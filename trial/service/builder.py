@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import build, check, devicelock, templates
+from .. import build, check, devicelock, diskfull, templates
 from ..results import Status, error_reason
 from ..target import Target
 from ..workload import parse
@@ -53,12 +53,13 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
         start = time.perf_counter()
         try:
             lib = build.build(wl, template, params, tgt)
-            lib.export_library(path)
+            lib.export_library(path)  # objects in a temporary folder, then linked at `path`
+            built = time.perf_counter() - start
+            for name, text in (_sources(lib, tgt.is_gpu) if sources else {}).items():
+                (Path(path).parent / name).write_text(text)
         except Exception as err:  # any failure to schedule, compile or link is this config's compile error
-            return {"status": Status.COMPILE_ERROR, "reason": error_reason(err), "params": params}
-        built = time.perf_counter() - start
-    if sources:
-        for name, text in _sources(lib, tgt.is_gpu).items():
-            (Path(path).parent / name).write_text(text)
+            full = diskfull.full(err, Path(path).parent, *diskfull.temp_folders())  # unless the disk is full
+            reason = f"{full}: {error_reason(err)}" if full else error_reason(err)
+            return {"status": Status.COMPILE_ERROR, "reason": reason, "params": params}
     how = getattr(template, "algorithm", None)
     return {"status": "built", "params": params, "build_s": built, "algorithm": how(wl, params) if how else "direct"}

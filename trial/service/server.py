@@ -26,6 +26,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
+from .. import diskfull
 from ..remote import LOCAL
 from ..results import Status, error_reason
 from ..target import Target, TargetError
@@ -35,8 +36,7 @@ from .client import ROOT
 from .pools import Builders, Devices, Runner
 from .worker import CallCancelled, CallFailed, Worker, WorkerDied, WorkerTimeout
 
-WAIT_FOR_CPU_S = 3600.0
-"""The most a build waits for CPU timings to end (each ends within its run timeout, or is killed)."""
+WAIT_FOR_CPU_S = 3600.0  # the most a build waits for CPU timings (each ends within its run timeout)
 
 
 class Service:
@@ -115,8 +115,9 @@ class Service:
             return None
         except WorkerTimeout:
             return {"status": Status.TIMEOUT, "reason": f"build exceeded {timeout:g} s; killed"}
-        except WorkerDied as err:
-            return {"status": Status.COMPILE_ERROR, "reason": f"{err} during build"}
+        except WorkerDied as err:  # LLVM exits where it cannot write: a full disk is the likely cause
+            full = diskfull.low(path.parent, *diskfull.temp_folders())
+            return {"status": Status.COMPILE_ERROR, "reason": f"{err} during build" + (f"; {full}" if full else "")}
         except CallFailed as err:
             return {"status": Status.COMPILE_ERROR, "reason": str(err)}
 
