@@ -1,6 +1,7 @@
 """`python -m trial` by hand: help, clear usage errors, one JSON line per measurement."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -66,3 +67,20 @@ def test_under_nnis_file_channel_the_trial_uses_nnis_sdk(tmp_path):
     report = json.loads(metric["value"])
     assert metric["parameter_id"] == 7 and metric["type"] == "FINAL" and metric["trial_job_id"] == "t1"
     assert report["status"] == "ok" and report["params"] == params and report["parameter_id"] == 7
+
+
+def test_the_help_example_of_params_is_a_config_of_the_space():
+    """The --params example in the help is a complete config that the op's search space holds, so it runs as
+    printed (it once gave "K" three factors after the space had given it four)."""
+    from searchspace import SearchSpace
+    from trial import templates
+    from trial.workload import parse
+
+    out = trial("--help").stdout
+    match = re.search(r"by hand: +python -m trial (\w+) (\S+) --params '([^']*)'", out)
+    assert match, out
+    op, spec, example = match.groups()
+    wl, params = parse(op, spec), json.loads(example)
+    template = templates.load(wl, params=params)
+    assert set(params) == set(template.search_space(wl))
+    assert SearchSpace.from_json(template.search_space(wl)).contains(params)

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from benchmarks import compare, metaschedule
+from trial import devicelock
 from trial.measure import Options
 from trial.service.worker import DEVICE_VARIABLES
 from trial.workload import parse
@@ -43,3 +44,27 @@ def test_metaschedules_build_workers_start_with_no_gpu_in_sight(monkeypatch):
     assert list(TimedBuilder(Inner()).build([])) == []
     assert seen == [dict.fromkeys(DEVICE_VARIABLES, "")]
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3" and "HIP_VISIBLE_DEVICES" not in os.environ
+
+
+def test_metaschedules_builds_hold_the_cpu_from_timings():
+    """MetaSchedule's builds, like the measuring service's, keep CPU kernels from being timed beside them."""
+    busy = []
+
+    class Busy(Exception):
+        pass
+
+    def waiting():
+        raise Busy
+
+    class Inner:
+        def build(self, build_inputs):
+            try:
+                with devicelock.cores(exclusive=True, waiting=waiting):
+                    busy.append(False)
+            except Busy:
+                busy.append(True)
+            return []
+
+    TimedBuilder, _, _ = metaschedule._classes()
+    TimedBuilder(Inner()).build([])
+    assert busy == [True]

@@ -174,3 +174,24 @@ def test_a_bad_workload_name_is_a_clear_error(tmp_path, capsys):
         assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "expected op/spec, e.g. mm/N512K1024M1024, got 'mm'" in err and "N0K1M1" in err
+
+
+def test_a_store_from_before_warnings_reads_and_takes_them_and_keeps_its_columns(tmp_path):
+    """A store written before measurements carried a warning: its records read with none, new ones keep
+    theirs, and its measurements keep their columns, which an older checkout reads positionally."""
+    path = tmp_path / "old.sqlite"
+    columns = ("time REAL NOT NULL, workload TEXT NOT NULL, target TEXT NOT NULL, device TEXT NOT NULL, params TEXT "
+               "NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL, gflops REAL NOT NULL, latency_ms REAL, latency_std_ms "
+               "REAL, build_s REAL, experiment TEXT, trial TEXT, tuner TEXT")
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE measurements (id INTEGER PRIMARY KEY, {columns})")
+        db.execute("INSERT INTO measurements (time, workload, target, device, params, status, reason, gflops) VALUES "
+                   "(1.0, ?, 'llvm', 'gpu A', ?, 'ok', '', 5.0)", (WL.key, json.dumps(knobs(0))))
+    store = Records(path)
+    store.append(WL, MeasureResult("ok", "", knobs(1), 7.0, device="gpu A", warning="busy CPU: ..."), "exp", "t1")
+    store.append(WL, MeasureResult("ok", "", knobs(2), 6.0, device="gpu A"), "exp", "t2")
+    assert [(r.gflops, r.warning) for r in store.query(WL.key, best_first=True)] == \
+        [(7.0, "busy CPU: ..."), (6.0, ""), (5.0, "")]
+    with sqlite3.connect(path) as db:
+        assert {len(row) for row in db.execute("SELECT * FROM measurements")} == {15}
+

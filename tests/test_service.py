@@ -4,6 +4,7 @@ Each test here has a service of its own (`private_service`), so it can kill, han
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -201,6 +202,37 @@ def test_trials_of_two_experiments_at_once_share_the_service_and_keep_their_resu
     assert status()["served"] == {"ok": 2}
     recorded = {r.experiment for r in Records().query(workload=WL.key)}
     assert recorded == {"expA", "expB"}
+
+
+def test_a_service_whose_checkout_was_replaced_gives_way_to_one_that_runs_the_new_checkout(private_service, tmp_path):
+    """A checkout deleted and laid again at the same path, with its files' times (so the same address): the
+    next trials reach a new service, not the old one, whose workers ran from the folder that had gone (its
+    builds failed with "[Errno 2] No such file or directory" until it idled out)."""
+    suite = tmp_path / "suite"
+
+    def lay():
+        for folder in ("trial", "tuners", "searchspace"):
+            shutil.copytree(client.ROOT / folder, suite / folder)  # copy2: modification times kept
+
+    def trials(*specs):
+        env = {**os.environ, "PYTHONPATH": str(suite)}
+        procs = [subprocess.Popen([sys.executable, "-m", "trial", "mm", spec, "--target", "llvm", "--min-repeat-ms", "1"],
+                                  cwd=suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for spec in specs]
+        reports = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+        server = subprocess.run([sys.executable, "-m", "trial.service", "status"], cwd=suite, env=env,
+                                capture_output=True, text=True, check=True)
+        return [(r["status"], r["reason"]) for r in reports], json.loads(server.stdout)["pid"]
+
+    lay()
+    first, old = trials("N16K16M16")
+    assert first == [("ok", "")]
+    shutil.rmtree(suite)
+    lay()
+    after, new = trials("N16K16M32", "N32K16M16", "N16K32M16")  # concurrent builds: a new build worker too
+    assert after == [("ok", "")] * 3
+    assert new != old
+    wait_for(lambda: not psutil.pid_exists(old), 10, "the old service to exit")
 
 
 def test_a_file_removed_while_the_code_is_listed_does_not_fail_the_trial(monkeypatch, tmp_path):

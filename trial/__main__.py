@@ -31,13 +31,15 @@ specs (all numbers positive; layout letters are N or T for A then B, default PNN
   conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>   e.g. N512C3HW227F64K11ST4PD0 (NCHW, square image/kernel)
   <type>: none (float32), f16, i8 or e4m3: the inputs' type, on tensor cores (docs/tuning.md: Workload specs)
 
-by hand:   python -m trial mm N512K1024M1024 --params '{"K": [128, 8, 1], "X": [4, 2, 16, 4], ...}'
+by hand:   python -m trial mm N512K1024M1024 --params '{"K": [1, 64, 4, 4], "X": [16, 1, 8, 4],
+             "Y": [16, 1, 4, 16], "unroll": 16, "vec": 1, "pipeline": 0, "kmajor": 0, "pad": 0}'
 under NNI: trialCommand: python -m trial mm N512K1024M1024   (knobs from the tuner)
 remote:    python -m trial mm N512K1024M1024 --runner rpc://127.0.0.1:9190/h100   (TVM RPC tracker and key)
 
 The result is {"default": gflops, "gflops", "latency_ms", "latency_std_ms", "build_s", "status",
-"reason", "target", "device", "params", "parameter_id"}; status is one of ok, invalid,
-compile_error, runtime_error, timeout, wrong_result.
+"reason", "target", "device", "warning", "params", "parameter_id"}; status is one of ok, invalid,
+compile_error, runtime_error, timeout, wrong_result; warning is "" unless the timing is doubtful
+(its repeats spread widely, or other processes kept the CPU busy while it was timed).
 """
 
 

@@ -30,9 +30,10 @@ STATUSES = tuple(s.value for s in Status)
 
 STAGES = ("startup", "setup", "build", "lock_wait", "run", "exit")
 """Seconds of one measurement, in order: reaching the measuring service (starting it, when none runs);
-finding the target and a free build worker; knob check, compilation and export; waiting for the
-device (its runner, the reference outputs, the device lock); verification and timing; the answer's
-way back.  They add up to the whole call; a stage the measurement never reached is missing."""
+finding the target and a free build worker, the knob check, and waiting for the CPU to be free of
+timings (trial/devicelock.py); compilation and export; waiting for the device (its runner, the
+reference outputs, the device lock); verification and timing; the answer's way back.  They add up
+to the whole call; a stage the measurement never reached is missing."""
 
 REASON_CHARS = 600
 
@@ -49,6 +50,7 @@ class MeasureResult:
     target: str = ""
     device: str = ""  # the device's model name
     device_index: int | None = None
+    warning: str = ""  # "" where the timing looks sound, else why not (trial/noise.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def report(self, parameter_id: Any = None) -> dict[str, Any]:
@@ -61,7 +63,7 @@ class MeasureResult:
             out["device"] = f"{self.device} (device {self.device_index})"
         # NNI 3.0's dispatcher parses metrics with json_tricks, whose comment stripping breaks on
         # '#' inside nested strings (the metric is then lost): text carries a look-alike instead.
-        for key in ("reason", "target", "device", "timing"):
+        for key in ("reason", "target", "device", "timing", "warning"):
             out[key] = out[key].replace("#", "\uff03")
         out["parameter_id"] = parameter_id
         return out

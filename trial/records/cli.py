@@ -96,4 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     tuned = report["tuned"]
     print(f"exported to {out}: {tuned['gflops']:.1f} GFLOPS ({tuned['latency_ms']:.4f} ms; recorded "
           f"{found[0].latency_ms:.4f} ms), {report['improvement'] or 0:.2f}x the hand-picked config")
+    for name, figures in (("tuned kernel", tuned), ("hand-picked config", report["baseline"])):
+        if figures.get("warning"):
+            print(f"warning: the {name}'s timing: {figures['warning']}")
     return 0

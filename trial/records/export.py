@@ -26,7 +26,8 @@ def _figures(result: MeasureResult) -> dict[str, Any]:
     """The report's figures of a measurement, or what went wrong."""
     if result.status != Status.OK:
         return {"error": f"{result.status}: {result.reason}"}
-    return {"latency_ms": result.latency_ms, "latency_std_ms": result.latency_std_ms, "gflops": result.gflops}
+    return {"latency_ms": result.latency_ms, "latency_std_ms": result.latency_std_ms, "gflops": result.gflops,
+            "warning": result.warning}
 
 
 def export(wl: Workload, record: Record, out: Path, target_kind: str = "auto", repeat: int = 10,

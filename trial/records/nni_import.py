@@ -42,6 +42,6 @@ def import_experiment(store: Records, experiment_dir: str | os.PathLike[str], wo
         result = MeasureResult(metric["status"], metric.get("reason", ""), metric.get("params"),
                                metric.get("gflops", 0.0), metric.get("latency_ms"),
                                metric.get("latency_std_ms"), metric.get("build_s"), metric.get("target", ""),
-                               device)
+                               device, warning=metric.get("warning", ""))
         new += store.append(wl, result, folder.name, trial_id, tuner)
     return new

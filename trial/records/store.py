@@ -22,7 +22,7 @@ from filelock import FileLock
 
 from searchspace import SearchSpace
 
-from .. import templates
+from .. import diskfull, templates
 from ..results import MeasureResult
 from ..workload import Workload
 
@@ -50,7 +50,15 @@ CREATE TABLE IF NOT EXISTS measurements (
 );
 CREATE INDEX IF NOT EXISTS by_workload ON measurements (workload, device, status, gflops);
 CREATE UNIQUE INDEX IF NOT EXISTS one_per_trial ON measurements (experiment, trial);
+CREATE TABLE IF NOT EXISTS warnings (
+    measurement INTEGER PRIMARY KEY REFERENCES measurements (id),
+    warning TEXT NOT NULL
+);
 """
+_SELECT = "SELECT measurements.*, COALESCE(warning, '') FROM measurements LEFT JOIN warnings ON measurement = id"
+"""A measurement's warning (trial/noise.py) lives in a table of its own, made where a store lacks it: stores
+from before read with no warnings, and an older checkout that reads every column of `measurements` still
+reads a store written since."""
 
 
 @dataclass
@@ -70,6 +78,7 @@ class Record:
     experiment: str | None
     trial: str | None
     tuner: str | None
+    warning: str = ""  # why the timing may not be sound (trial/noise.py); "" for records from before
 
 
 def default_path() -> Path:
@@ -95,15 +104,24 @@ class Records:
             # at once, without waiting, while another process is doing the same
             with FileLock(f"{self.path}.lock"), self._connect() as db:
                 db.executescript(_SCHEMA)
+        except RecordsError:
+            raise
         except (OSError, sqlite3.Error) as err:
             raise RecordsError(f"records store {self.path}: {getattr(err, 'strerror', None) or err}") from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        with closing(sqlite3.connect(self.path, timeout=60)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            with db:  # one transaction: committed on success, rolled back on error
-                yield db
+        """A connection in one transaction; a full disk (which SQLite may call a "disk I/O error") says so."""
+        try:
+            with closing(sqlite3.connect(self.path, timeout=60)) as db:
+                db.execute("PRAGMA journal_mode=WAL")
+                with db:  # one transaction: committed on success, rolled back on error
+                    yield db
+        except (OSError, sqlite3.Error) as err:
+            cause = diskfull.full(err, self.path.parent)
+            if cause is None:
+                raise
+            raise RecordsError(f"records store {self.path}: {cause} ({err})") from err
 
     def append(self, wl: Workload, result: MeasureResult, experiment: str | None = None,
                trial: str | None = None, tuner: str | None = None) -> bool:
@@ -115,6 +133,8 @@ class Records:
             cur = db.execute("INSERT OR IGNORE INTO measurements (time, workload, target, device, params, status,"
                              " reason, gflops, latency_ms, latency_std_ms, build_s, experiment, trial, tuner)"
                              " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+            if cur.rowcount == 1 and result.warning:
+                db.execute("INSERT INTO warnings (measurement, warning) VALUES (?, ?)", (cur.lastrowid, result.warning))
             return cur.rowcount == 1
 
     @staticmethod
@@ -130,7 +150,7 @@ class Records:
               best_first: bool = False, limit: int | None = None) -> list[Record]:
         """Records matching every given field; newest first, or fastest first with `best_first`."""
         where, args = self._where(workload, device, status)
-        sql = "SELECT * FROM measurements" + where
+        sql = _SELECT + where
         sql += " ORDER BY gflops DESC, time ASC" if best_first else " ORDER BY time DESC, id DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"

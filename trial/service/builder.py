@@ -2,7 +2,9 @@
 
 Build workers never touch a GPU: they compile for the target the service found (its description)
 and write a shared library, which the device's runner loads (`runner.run_library`), as
-MetaSchedule's builder hands its runner an exported artifact.
+MetaSchedule's builder hands its runner an exported artifact.  They compile on the cores that CPU
+kernels are timed on, so a build holds the CPU's lock shared and waits while a CPU timing holds it
+(trial/devicelock.py says why); its deadline starts once it holds it (WAIT_FOR_CPU_S till then).
 """
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import build, check, templates
+from .. import build, check, devicelock, diskfull, templates
 from ..results import Status, error_reason
 from ..target import Target
 from ..workload import parse
+from .worker import report
 
 
 def warm() -> None:
@@ -45,15 +48,18 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
         check.check(wl, template, params, tgt)
     except check.InvalidConfig as err:
         return {"status": Status.INVALID, "reason": str(err), "params": params}
-    start = time.perf_counter()
-    try:
-        lib = build.build(wl, template, params, tgt)
-        lib.export_library(path)
-    except Exception as err:  # any failure to schedule, compile or link is this config's compile error
-        return {"status": Status.COMPILE_ERROR, "reason": error_reason(err), "params": params}
-    built = time.perf_counter() - start
-    if sources:
-        for name, text in _sources(lib, tgt.is_gpu).items():
-            (Path(path).parent / name).write_text(text)
+    with devicelock.cores(exclusive=False, waiting=lambda: report("waiting")):
+        report("building")
+        start = time.perf_counter()
+        try:
+            lib = build.build(wl, template, params, tgt)
+            lib.export_library(path)  # objects in a temporary folder, then linked at `path`
+            built = time.perf_counter() - start
+            for name, text in (_sources(lib, tgt.is_gpu) if sources else {}).items():
+                (Path(path).parent / name).write_text(text)
+        except Exception as err:  # any failure to schedule, compile or link is this config's compile error
+            full = diskfull.full(err, Path(path).parent, *diskfull.temp_folders())  # unless the disk is full
+            reason = f"{full}: {error_reason(err)}" if full else error_reason(err)
+            return {"status": Status.COMPILE_ERROR, "reason": reason, "params": params}
     how = getattr(template, "algorithm", None)
     return {"status": "built", "params": params, "build_s": built, "algorithm": how(wl, params) if how else "direct"}

@@ -5,7 +5,8 @@ The runner of an RPC runner's server holds a session with it instead (rpcsession
 library there and verifies and times it on the server's device.  The reference outputs of a
 workload are computed once per runner and kept (the last few workloads), outside the device lock.
 A kernel that fails in any way other than a wrong answer may have left the device context unusable
-(a misaligned access does), so the runner says so and the service replaces it.
+(a misaligned access does), so the runner says so and the service replaces it.  Each timing says
+how far it can be trusted (its `warning`, trial/noise.py).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import tvm
 
-from .. import devicelock, run, verify
+from .. import devicelock, noise, run, verify
 from ..results import Status, error_reason
 from ..remote import LOCAL, rpc_address
 from ..target import Target, TargetError, resolve
@@ -102,10 +103,12 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
     tgt = Target.from_description(target)
     reference = _reference(op, spec, seed)
     lock = devicelock.hold(tgt.kind, index, tgt.num_devices) if runner == LOCAL else nullcontext()
+    load = noise.OthersLoad() if runner == LOCAL and not tgt.is_gpu else None  # a host's load disturbs its CPU
     with lock:
         report("held", index)
         try:
-            with _loaded(path, tgt, index, runner, (f"{op}/{spec}", seed), reference) as (mod, dev, args):
+            with _loaded(path, tgt, index, runner, (f"{op}/{spec}", seed), reference) as (mod, dev, args), \
+                    load or nullcontext():
                 timing = run.run(mod, dev, reference, repeat, min_repeat_ms, args, algorithm)
         except run.WrongResult as err:
             return {"status": Status.WRONG_RESULT, "reason": str(err)}
@@ -113,4 +116,6 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
             where = "" if runner == LOCAL else f"{runner}: "
             reason = where + error_reason(err) + (_free_memory(tgt, index) if runner == LOCAL else "")
             return {"status": Status.RUNTIME_ERROR, "reason": reason, "replace": True}
-    return {"status": Status.OK, **timing.metrics(reference.wl)}
+    figures = timing.metrics(reference.wl)
+    warning = noise.warning(figures["latency_ms"], figures["latency_std_ms"], load)
+    return {"status": Status.OK, **figures, "warning": warning}

@@ -5,8 +5,9 @@ runs).  The service itself imports no TVM and touches no device: it hands each b
 build workers and each run to the runner of a free device (one per device, holding its context),
 all spawned processes (worker.py), so the work of many trial processes shares warm workers.
 A request whose trial has gone is dropped before it reaches a device.  The service exits after
-$OPEVO_SERVICE_IDLE_S seconds without requests (default 300), on `stop`, or on SIGTERM, and kills
-its workers as it goes; workers also exit by themselves if it dies.
+$OPEVO_SERVICE_IDLE_S seconds without requests (default 300), on `stop`, on SIGTERM, or as soon as
+its checkout is replaced (checkout.py), and kills its workers as it goes; workers also exit by
+themselves if it dies.
 """
 from __future__ import annotations
 
@@ -25,16 +26,22 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
+from .. import diskfull
 from ..remote import LOCAL
 from ..results import Status, error_reason
 from ..target import Target, TargetError
 from . import nnitrial
+from .checkout import Checkout
+from .client import ROOT
 from .pools import Builders, Devices, Runner
 from .worker import CallCancelled, CallFailed, Worker, WorkerDied, WorkerTimeout
 
+WAIT_FOR_CPU_S = 3600.0  # the most a build waits for CPU timings (each ends within its run timeout)
+
+
 class Service:
-    def __init__(self, workdir: Path, idle_s: float, build_workers: int) -> None:
-        self.workdir, self.idle_s = workdir, idle_s
+    def __init__(self, workdir: Path, idle_s: float, build_workers: int, checkout: Checkout) -> None:
+        self.workdir, self.idle_s, self.checkout = workdir, idle_s, checkout
         self.builders = Builders(build_workers)
         self.devices = Devices()
         self.started = time.time()
@@ -69,8 +76,7 @@ class Service:
         try:
             if not m.get("library"):
                 with self.builders.worker() as builder:
-                    marks["building"] = time.time()
-                    built = self._build(builder, m, target, path, gone)
+                    built = self._build(builder, m, target, path, marks, gone)
                 if built is None:
                     return None
                 algorithm = built.pop("algorithm", algorithm)
@@ -90,19 +96,28 @@ class Service:
                 path.unlink(missing_ok=True)
 
     @staticmethod
-    def _build(builder: Worker, m: dict[str, Any], target: Target, path: Path,
+    def _build(builder: Worker, m: dict[str, Any], target: Target, path: Path, marks: dict[str, float],
                gone: Callable[[], bool]) -> dict[str, Any] | None:
         timeout = m["options"]["build_timeout_s"]
+        marks["building"] = time.time()
+
+        def progress(kind: str, _payload: Any) -> float:
+            if kind == "waiting":  # for a CPU timing (trial/devicelock.py): each is bounded by its run timeout
+                return WAIT_FOR_CPU_S
+            marks[kind] = time.time()  # "building": the CPU is ours to share, the build's deadline starts
+            return timeout
+
         try:
             return builder.call("trial.service.builder:build_library", m["op"], m["spec"], m["params"],
                                 m["options"]["template"], target.describe(), str(path), m["sys_path"],
-                                bool(m.get("keep")), timeout=timeout, cancelled=gone)
+                                bool(m.get("keep")), timeout=timeout, progress=progress, cancelled=gone)
         except CallCancelled:
             return None
         except WorkerTimeout:
             return {"status": Status.TIMEOUT, "reason": f"build exceeded {timeout:g} s; killed"}
-        except WorkerDied as err:
-            return {"status": Status.COMPILE_ERROR, "reason": f"{err} during build"}
+        except WorkerDied as err:  # LLVM exits where it cannot write: a full disk is the likely cause
+            full = diskfull.low(path.parent, *diskfull.temp_folders())
+            return {"status": Status.COMPILE_ERROR, "reason": f"{err} during build" + (f"; {full}" if full else "")}
         except CallFailed as err:
             return {"status": Status.COMPILE_ERROR, "reason": str(err)}
 
@@ -155,6 +170,9 @@ class Service:
 
     def handle(self, conn: Connection) -> None:
         try:
+            if self._give_way():  # no answer: the requester asks again, and so starts the successor
+                self._wake()
+                return
             m = conn.recv()
             request = m.get("request")
             if request == "measure":
@@ -188,7 +206,8 @@ class Service:
 
     # --- lifetime -------------------------------------------------------------------------------
     def serve(self, listener: Listener, socket: str, key: bytes) -> None:
-        threading.Thread(target=self._watch_idle, args=(socket, key), daemon=True).start()
+        self._address = (socket, key)
+        threading.Thread(target=self._watch_idle, daemon=True).start()
         threading.Thread(target=self._warm_builder, daemon=True).start()
         while True:
             try:
@@ -211,15 +230,30 @@ class Service:
             except (CallFailed, WorkerDied) as err:
                 print(f"build worker did not start: {err}", file=sys.stderr, flush=True)
 
-    def _watch_idle(self, socket: str, key: bytes) -> None:
-        while not self.closing.wait(0.5):
-            with self._lock:
-                if self.active == 0 and time.monotonic() - self.last > self.idle_s:
-                    self.closing.set()
-        try:  # wake the accept loop
+    def _give_way(self) -> bool:
+        """Whether the checkout was replaced, in which case the service stops taking requests: those that
+        find it gone start a new one, which runs the checkout there now."""
+        if not self.checkout.replaced():
+            return False
+        if not self.closing.is_set():
+            print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} checkout {self.checkout.root} replaced; stopping", flush=True)
+        self.closing.set()
+        return True
+
+    def _wake(self) -> None:
+        """End the accept loop (once `closing` is set) with a connection of our own."""
+        socket, key = self._address
+        try:
             Client(socket, family="AF_UNIX", authkey=key).close()
         except (OSError, EOFError, AuthenticationError):
             pass
+
+    def _watch_idle(self) -> None:
+        while not self.closing.wait(0.5) and not self._give_way():
+            with self._lock:
+                if self.active == 0 and time.monotonic() - self.last > self.idle_s:
+                    self.closing.set()
+        self._wake()
 
     def _workers(self) -> list[Worker]:
         return [*self.builders.all, *(r.worker for r in self.devices.all)]
@@ -240,7 +274,7 @@ def serve(socket: str, key_file: Path, workdir: Path, idle_s: float, build_worke
     tmp.write_bytes(key)
     tmp.replace(key_file)
     Path(socket).unlink(missing_ok=True)  # a stale socket of a killed service; clients start us under a lock
-    service = Service(workdir, idle_s, build_workers)
+    service = Service(workdir, idle_s, build_workers, Checkout(ROOT))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     listener = Listener(socket, family="AF_UNIX", authkey=key)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} measuring service {os.getpid()} serving on {socket}, "
@@ -258,5 +292,6 @@ def serve(socket: str, key_file: Path, workdir: Path, idle_s: float, build_worke
             key_file.unlink(missing_ok=True)
             Path(socket).unlink(missing_ok=True)
         service.shutdown()
+        service.checkout.close()
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} measuring service {os.getpid()} stopped after serving "
               f"{dict(service.served)}", flush=True)
