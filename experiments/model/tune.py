@@ -128,14 +128,15 @@ def _check(tasks: list[TaskLike], trials: int | None, minutes: float | None) -> 
         raise ValueError(f"minutes must be a positive number, not {minutes}")
 
 
-def run(m: Manifest, out: Path, runner: Runner, trials: int | None, minutes: float | None) -> Manifest:
+def run(m: Manifest, out: Path, runner: Runner, trials: int | None, minutes: float | None,
+        clock: Callable[[], float] = time.monotonic) -> Manifest:
     """Spend the budget round by round (warm-up first, then the scheduler's pick), saving after each step."""
     m.trials, m.minutes = trials, minutes
-    start, before = time.monotonic(), m.elapsed_s
+    start, before = clock(), m.elapsed_s
     tuned = [i for i, e in enumerate(m.entries) if e.tuned]
 
     def left_s() -> float:
-        m.elapsed_s = before + time.monotonic() - start
+        m.elapsed_s = before + clock() - start
         return math.inf if minutes is None else minutes * 60 - m.elapsed_s
 
     while True:
