@@ -101,14 +101,14 @@ def _entry(task: TaskLike, device: str, retune: bool) -> tuple[Entry, Workload |
     return entry, wl
 
 
-def plan(tasks: list[TaskLike], trials: int | None, minutes: float | None, target: str,
-          device: str, retune: bool) -> Manifest:
+def plan(tasks: list[TaskLike], trials: int | None, minutes: float | None, target: str, device: str,
+         retune: bool) -> Manifest:
     """The manifest of a new run: every task parsed and looked up in the records."""
     entries, seen = [], {}
     for task in tasks:
         entry, wl = _entry(task, device, retune)
         if wl is not None and wl.key in seen:
-            entry.skipped, entry.from_records = f"the same workload as {seen[wl.key]}, tuned once there", False
+            entry.skipped, entry.from_records = f"the same workload as {seen[wl.key]}: one kernel serves both", False
         elif wl is not None:
             seen[wl.key] = task.workload
         entries.append(entry)
