@@ -79,17 +79,25 @@ def _manager_too_slow(done: subprocess.CompletedProcess) -> bool:
 def create(config: Path, port: int) -> str:
     """Start the experiment; returns its id.  A start whose manager answered too late is tried again
     (`START_ATTEMPTS`); any other failure raises at once."""
-    args = ("create", "--config", str(config), "--port", str(port))
+    _start("create", "--config", str(config), "--port", str(port))
+    return _api(port, "/experiment")["id"]
+
+
+def resume(exp_id: str, port: int) -> None:
+    """Start a stopped experiment again (`nnictl resume`), retried as `create` is."""
+    _start("resume", exp_id, "--port", str(port))
+
+
+def _start(*args: str) -> None:
     for attempt in range(1, START_ATTEMPTS + 1):
         done = nnictl(*args, check=False)
         if not _manager_too_slow(done) or attempt == START_ATTEMPTS:
             break
-        print(f"nnictl create: the NNI manager did not answer within nnictl's 3 s (attempt {attempt} of "
+        print(f"nnictl {args[0]}: the NNI manager did not answer within nnictl's 3 s (attempt {attempt} of "
               f"{START_ATTEMPTS}); starting it again", file=sys.stderr)
         time.sleep(attempt)
     if done.returncode:
         raise _failed(args, done)
-    return _api(port, "/experiment")["id"]
 
 
 def status(port: int) -> str:

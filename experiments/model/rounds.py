@@ -1,0 +1,106 @@
+"""One round of a task's tuning: its NNI experiment run with nnictl up to a number of trials, then stopped.
+
+Each task has one NNI experiment for all its rounds (so the web UI shows one experiment per task, with
+every trial it ran): the first round `nnictl create`s it with maxTrialNumber = the round's trials; a
+later round `nnictl resume`s it, raises its budget with `nnictl update trialnum` (NNI counts the trials
+the experiment holds, so the new value is the total after this round) and waits until it is done.  The
+tuner (OpEvo) saves its state in the experiment's checkpoint folder and picks it up on resume
+(tuners/state.py), so the search goes on where it stopped rather than starting over; a stopped
+experiment can be resumed, where a `nnictl view`ed one takes no trials.  At the end of every round
+the experiment is stopped, so only one runs at a time on the port and no manager outlives the round.
+
+The experiment's own count is the truth about trials spent: a round cut short by a kill is finished
+by resuming the same experiment to the same total, and only the trials it lacks are run.  The trials
+keep every measurement in the records store, the knowledge base of later runs.
+
+The configs are experiments/write.py's, with the suite's OpEvo tuner warm-starting from the records
+and trialConcurrency `registry.CONCURRENCY` (4): the measuring service spreads one experiment's
+kernels over every GPU of the host, so on a host of more GPUs than that the concurrency (write's
+`concurrency`) is what to raise; left for the GPU follow-up, with a measurement.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from trial.workload import Workload
+
+from .. import manager, write
+
+TUNER = "opevo"
+PICKUP_S = 120.0
+"""How long a resumed experiment may report DONE before NNI's manager loop sees the raised budget."""
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    experiment: str
+    trials: int  # trials the task's experiment holds now
+    gflops: float | None  # its best verified kernel, if any
+    latency_ms: float | None
+
+
+Started = Callable[[str], None]
+"""Called with the experiment id as soon as it exists, so the manifest keeps it before any trial runs."""
+
+
+class NniRounds:
+    """Runs rounds of the tasks' experiments under `out` on web-UI `port`."""
+
+    def __init__(self, out: Path, port: int) -> None:
+        self.out, self.port = out, port
+
+    def config(self, wl: Workload) -> Path:
+        return write.folder(wl, self.out / "experiments") / f"config_{TUNER}.yml"
+
+    def prepare(self, wl: Workload, trials: int) -> Path:
+        """Write the task's experiment folder (experiments/write.py) with NNI's files under out/nni."""
+        write.write(wl, self.out / "experiments", max_trials=trials)
+        return self._edit(wl, trials)
+
+    def _edit(self, wl: Workload, trials: int) -> Path:
+        path = self.config(wl)
+        text = path.read_text()
+        header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+        config = yaml.safe_load(text)
+        config["maxTrialNumber"] = trials
+        config["experimentWorkingDirectory"] = str((self.out / "nni").resolve())
+        path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def __call__(self, wl: Workload, experiment: str | None, upto: int, timeout_s: float,
+                 started: Started) -> RoundResult:
+        """Run `wl`'s experiment until it holds `upto` trials (or `timeout_s` passes), then stop it."""
+        if experiment is None:
+            config = self._edit(wl, upto) if self.config(wl).exists() else self.prepare(wl, upto)
+            experiment = manager.create(config, self.port)
+            started(experiment)
+        else:
+            manager.nnictl("stop", experiment, check=False)  # still running if a killed run left it so
+            manager.resume(experiment, self.port)
+        try:
+            held = len(manager.trials(self.port))
+            if held < upto:
+                manager.nnictl("update", "trialnum", experiment, "--value", str(upto))
+                if self._picked_up(held, timeout_s):
+                    manager.wait(self.port, timeout_s, poll_s=2)
+            records = manager.trials(self.port)
+        finally:
+            manager.nnictl("stop", experiment, check=False)
+        top = manager.best(records)
+        return RoundResult(experiment, len(records), top.metric["gflops"] if top else None,
+                           top.metric["latency_ms"] if top else None)
+
+    def _picked_up(self, held: int, timeout_s: float) -> bool:
+        """Whether the experiment took up the raised budget: a resumed one reports DONE until NNI's
+        manager loop sees it; False if it never does (nothing more to propose, or time is up)."""
+        deadline = time.monotonic() + min(PICKUP_S, timeout_s)
+        while manager.status(self.port) in ("DONE", "NO_MORE_TRIAL") and len(manager.trials(self.port)) <= held:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1)
+        return True
