@@ -53,6 +53,16 @@ CREATE UNIQUE INDEX IF NOT EXISTS one_per_trial ON measurements (experiment, tri
 """
 
 
+_MEASURED = ("workload", "target", "device", "params", "status", "reason", "gflops", "latency_ms",
+             "latency_std_ms", "build_s", "tuner")
+"""The columns of a measurement itself; a trial recorded again with the same values leaves its record as it is."""
+_COLUMNS = ("time", *_MEASURED, "experiment", "trial")
+_UPSERT = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+           f" ON CONFLICT (experiment, trial) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _COLUMNS)}"
+           f" WHERE ({', '.join(_MEASURED)}) IS NOT ({', '.join(f'excluded.{c}' for c in _MEASURED)})")
+"""One measurement in; a trial of an experiment recorded before is replaced when its measurement differs."""
+
+
 @dataclass
 class Record:
     id: int
@@ -107,15 +117,19 @@ class Records:
 
     def append(self, wl: Workload, result: MeasureResult, experiment: str | None = None,
                trial: str | None = None, tuner: str | None = None) -> bool:
-        """Keep one measurement; False if this experiment's trial was recorded already."""
+        """Keep one measurement; True if the store changed.
+
+        A store holds one record per trial of an experiment, the measurement NNI holds for it: NNI runs
+        a trial again under the same id when it resumes an experiment whose manager died while the trial
+        ran, and that run's measurement replaces the earlier one (a trial records only what NNI took,
+        see `python -m trial`). Recording the same measurement again changes nothing (an import run
+        twice), and measurements outside an experiment are all kept.
+        """
         row = (time.time(), wl.key, result.target, result.device, params_key(result.params), result.status,
-               result.reason, result.gflops, result.latency_ms, result.latency_std_ms, result.build_s,
-               experiment, trial, tuner)
+               result.reason, result.gflops, result.latency_ms, result.latency_std_ms, result.build_s, tuner,
+               experiment, trial)
         with self._connect() as db:
-            cur = db.execute("INSERT OR IGNORE INTO measurements (time, workload, target, device, params, status,"
-                             " reason, gflops, latency_ms, latency_std_ms, build_s, experiment, trial, tuner)"
-                             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
-            return cur.rowcount == 1
+            return db.execute(_UPSERT, row).rowcount == 1
 
     @staticmethod
     def _where(workload: str | None, device: str | None, status: str | None) -> tuple[str, list[str]]:
