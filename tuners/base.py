@@ -230,7 +230,8 @@ class SpaceTuner(Ledger, Tuner):
                 swapped += params != record.get("parameter")
                 self._settle(self._record(params), parse_metric(record.get("value")))
             if skipped:
-                _logger.warning("import_data: %d records without a configuration of the search space were ignored", skipped)
+                _logger.warning("import_data: %d records without a configuration of the search space were ignored",
+                                skipped)
             if swapped:
                 _logger.info("import_data: %d results measured another configuration than NNI's parameter; "
                              "each went to the one measured", swapped)

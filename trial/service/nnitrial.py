@@ -45,7 +45,11 @@ class Orphaned(ChannelError):
 
 
 def _ancestors() -> list[int]:
-    return [parent.pid for parent in psutil.Process().parents()]
+    """This process's ancestors' pids, nearest first; empty where the system does not say (no check then)."""
+    try:
+        return [parent.pid for parent in psutil.Process().parents()]
+    except psutil.Error:
+        return []
 
 
 def _ask(message: dict[str, Any]) -> dict[str, Any]:
