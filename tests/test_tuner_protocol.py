@@ -200,6 +200,51 @@ def test_import_data_alone_prevents_reproposals() -> None:
     assert not set(keys(MATMUL, after.proposed)) & set(keys(MATMUL, earlier))
 
 
+def measured(config: dict, value: float | None, parameter_id: int | None = None) -> dict:
+    """A trial's report: what it measured (`params`) and its outcome (None: a failure)."""
+    report = ok(value) if value is not None else {"default": 0.0, "status": "timeout", "reason": "slow"}
+    return {**report, "params": config, "parameter_id": parameter_id}
+
+
+def key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def outcomes(tuner: OpEvoTuner) -> dict[str, float | None]:
+    """What the tuner holds for each configuration it saw finish."""
+    return {key(c): v for c, v in tuner.history()}
+
+
+def test_a_resumed_tuner_pairs_imported_results_with_what_each_trial_measured(tmp_path, monkeypatch) -> None:
+    """NNI's import pairs a trial job's metric with the parameters NNI sent that job, which a parameter
+    swap (microsoft/nni#5726) gave to another trial: the metric's `params` say what was measured."""
+    monkeypatch.setenv(CHECKPOINT_ENV, str(tmp_path))
+    before = make_tuner(seed=0, offspring_size=4)
+    a, b, c, d = before.generate_multiple_parameters([0, 1, 2, 3])
+    before.receive_trial_result(0, a, measured(a, 1.5, 0))  # then the manager is killed, b c d in flight
+    resumed = make_tuner(seed=0)
+    resumed.import_data([
+        {"parameter": a, "value": measured(a, 1.5, 0)},
+        {"parameter": b, "value": measured(c, 4.85, 2)},  # job of b ran c's parameters
+        {"parameter": c, "value": measured(c, 4.7, 2)},  # c ran twice: the first success stays
+        {"parameter": d, "value": 3.0},  # a plain number (nnictl experiment import): NNI's parameter
+        {"parameter": a, "value": measured({"K": [1, 1, 1]}, 9.0)},  # measured outside the space: ignored
+    ])
+    assert outcomes(resumed) == {key(a): 1.5, key(b): None, key(c): 4.85, key(d): 3.0}
+    assert outcomes(make_tuner(seed=0)) == outcomes(resumed)  # and so does its state file
+
+
+def test_a_live_result_goes_to_what_its_trial_measured() -> None:
+    tuner = make_tuner(seed=0, offspring_size=4)
+    a, b = tuner.generate_multiple_parameters([0, 1])
+    tuner.receive_trial_result(0, a, measured(b, 3.0, 0))  # id 0 was issued a, but its trial built b
+    assert outcomes(tuner) == {key(b): 3.0}
+    assert tuner.num_pending == 2  # a is still in flight until its trial ends
+    tuner.trial_end(0, True)
+    tuner.receive_trial_result(1, b, measured(b, 5.0, 1))
+    assert outcomes(tuner) == {key(b): 3.0, key(a): None}
+
+
 def test_state_file_is_a_log_that_a_torn_line_or_a_bad_header_cannot_break(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(CHECKPOINT_ENV, str(tmp_path))
     run = FakeNNI(make_tuner(seed=0), lambda c: ok(gflops(c)), order_seed=0).run(12)

@@ -5,6 +5,11 @@ the result goes to nni.report_final_result(); by hand they come from --params (d
 template's hand-picked config) and the result is printed as one JSON line.  A configuration that
 fails (invalid, compile_error, runtime_error, timeout, wrong_result) is a result too: it is
 reported with default 0 and the process exits 0, so NNI never pairs a failure with other params.
+
+Under NNI a measurement is recorded only once NNI took its result, so that the records hold what NNI
+holds, trial by trial: a trial orphaned by a manager that died (killed, the machine rebooted) cannot
+report, records nothing and exits 1, and NNI runs it again under the same trial id on `nnictl resume`;
+that run's measurement is the trial's record (`trial.records.Records.append`).
 """
 from __future__ import annotations
 
@@ -100,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parameter_id = None
     if under_nni:
         params, parameter_id = nnitrial.receive()
+    result = None
     try:
         wl = parse(args.op, args.spec)
     except SpecError as err:
@@ -113,11 +119,16 @@ def main(argv: list[str] | None = None) -> int:
                           runner=args.runner)
         result = measure(wl, params, options)
         report = result.report(parameter_id)
-        if not args.no_record:
-            _record(args, wl, result)
     print(json.dumps(report), flush=True)
     if under_nni:
-        nnitrial.report(report, parameter_id)
+        try:
+            nnitrial.report(report, parameter_id)
+        except nnitrial.ChannelError as err:
+            print(f"error: {err}\nThe measurement is not recorded: NNI does not have it, and runs this trial "
+                  "again when the experiment is resumed.", file=sys.stderr)
+            return 1
+    if result is not None and not args.no_record:
+        _record(args, wl, result)
     return 0
 
 

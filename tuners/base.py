@@ -6,9 +6,10 @@ into the NNI 3.0 tuner protocol, whose pitfalls it handles once for every algori
 * NNI asks for N parameters and never asks again for the ones it did not get, so a request the algorithm
   cannot answer yet is queued and answered later through the `st_callback` NNI passes to
   `generate_multiple_parameters` (`st_callback(parameter_id, parameters)` sends a new trial job).
-* Results are paired with configurations by parameter id only. NNI 3.0's local training service can hand
-  a trial another trial's parameters (microsoft/nni#5693, #5726), so the same id may report twice and
-  `trial_end` ids are unreliable; a metric may also arrive after its `trial_end`.
+* NNI 3.0's local training service can hand a trial another trial's parameters (microsoft/nni#5693,
+  #5726), so the same id may report twice and `trial_end` ids are unreliable; a metric may also arrive
+  after its `trial_end`. A result therefore goes to the configuration the trial reports it measured
+  (the `params` of its metric), live and on resume (`import_data`), never to what NNI says it sent.
 * `trial_end` runs on NNI's assessor thread while results and requests arrive on the main command
   thread, so all state is guarded by one lock.
 * NNI 3.0 never calls `save_checkpoint`, so every change is logged to a state file in
@@ -37,7 +38,7 @@ from searchspace import Config, ConstrainedSpace, SearchSpace
 from .classargs import CommonArgs
 from .failure import reported
 from .ledger import Ledger
-from .state import PENDING, Entry, StateFile, parse_metric
+from .state import PENDING, Entry, StateFile, measured_params, parse_metric
 from .warm import recorded_best
 
 _logger = logging.getLogger(__name__)
@@ -163,24 +164,33 @@ class SpaceTuner(Ledger, Tuner):
 
     @reported("failed on a trial's result")
     def receive_trial_result(self, parameter_id: int, parameters: Config, value: Any, **kwargs: Any) -> None:
-        """Record a final result, paired by parameter id.
+        """Record a final result against the configuration the trial reports it measured.
 
-        `parameters` is used only for ids this run never issued (customized trials). A second result for
-        an id is ignored unless the first outcome was a failure.
+        That is the metric's `params` (`tuners.state.measured_params`); a result that does not say goes to
+        the configuration issued for `parameter_id`, or for ids this run never issued (customized
+        trials) to NNI's `parameters`. A result whose configuration lies outside the space is ignored.
+        A second result for a configuration is ignored unless the first outcome was a failure.
         """
         metric = parse_metric(value)
         with self._lock:
             if self.space is None:
                 _logger.warning("result for parameter %s arrived before the search space; ignored", parameter_id)
                 return
-            self._pending.pop(parameter_id, None)
-            key = self._issued.get(parameter_id)
-            if key is None:
-                if not self.space.contains(parameters):
-                    _logger.warning("result for unknown parameter %s with parameters outside the space: %s",
-                                    parameter_id, "; ".join(self.space.problems(parameters)))
-                    return
-                key = self._record(parameters)
+            issued = self._issued.get(parameter_id)
+            measured = measured_params(value, None if issued is not None else parameters)
+            if measured is None:
+                key = issued
+            elif not self.space.contains(measured):
+                _logger.warning("result for parameter %s measured a configuration outside the space: %s",
+                                parameter_id, "; ".join(self.space.problems(measured)))
+                return
+            else:
+                key = self._record(measured)
+                if issued is not None and key != issued:
+                    _logger.warning("parameter %s was issued as %s but its trial measured %s; the result goes "
+                                    "to what it measured", parameter_id, self._entries[issued].config, measured)
+            if key == self._pending.get(parameter_id):
+                del self._pending[parameter_id]
             self._settle(key, metric)
             ready = self._drain()
             self._flush()
@@ -203,20 +213,36 @@ class SpaceTuner(Ledger, Tuner):
 
     @reported("failed to import earlier results")
     def import_data(self, data: list[dict[str, Any]]) -> None:
-        """Take in earlier results, as NNI sends them on resume: [{"parameter": ..., "value": ...}, ...]."""
+        """Take in earlier results, as NNI sends them on resume: [{"parameter": ..., "value": ...}, ...].
+
+        Each value goes to the configuration its trial reports it measured (the metric's `params`), not to
+        NNI's `parameter`: NNI pairs a trial job's final metric with the parameters it sent that job, and
+        after a parameter swap (microsoft/nni#5726) those belong to another trial. A value without
+        `params` (a plain number, from `nnictl experiment import`) goes to `parameter`. NNI's dispatcher
+        also routes here the results of trials it re-runs after a resume. Records whose configuration
+        lies outside the space are ignored.
+        """
         with self._lock:
             if self.space is None:
                 _logger.warning("import_data before update_search_space; %d records ignored", len(data))
                 return
-            skipped = 0
+            skipped = swapped = 0
             for record in data:
-                params = record.get("parameter") if isinstance(record, dict) else None
+                if not isinstance(record, dict):
+                    skipped += 1
+                    continue
+                params = measured_params(record.get("value"), record.get("parameter"))
                 if not self.space.contains(params):
                     skipped += 1
                     continue
+                swapped += params != record.get("parameter")
                 self._settle(self._record(params), parse_metric(record.get("value")))
             if skipped:
-                _logger.warning("import_data: %d records outside the search space were ignored", skipped)
+                _logger.warning("import_data: %d records without a configuration of the search space were ignored",
+                                skipped)
+            if swapped:
+                _logger.info("import_data: %d results measured another configuration than NNI's parameter; "
+                             "each went to the one measured", swapped)
             ready = self._drain()
             self._flush()
         self._send(ready)

@@ -52,6 +52,20 @@ def parse_metric(value: Any) -> float | None:
     return float(value)
 
 
+def measured_params(value: Any, parameter: Any) -> Any:
+    """The configuration a result belongs to: the `params` the trial reports it measured, else `parameter`.
+
+    NNI 3.0 can hand a trial another trial's parameters (microsoft/nni#5693, #5726), so what NNI records
+    as a trial job's `parameter` can differ from what the job measured. The suite's trials report the
+    configuration they built as `params` in their metric dict, and that wins. A result that does not say
+    (a plain number, as `nnictl experiment import` takes, or a dict without a `params` dict) can only be
+    paired with NNI's `parameter`.
+    """
+    if isinstance(value, dict) and isinstance(value.get("params"), dict):
+        return value["params"]
+    return parameter
+
+
 class StateFile:
     """`<directory>/<tuner>.state.jsonl`: the entries of one tuner of one experiment."""
 

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = folder if folder.is_dir() else args.nni_dir / args.experiment
         if not (folder / "db" / "nni.sqlite").exists():
             p.error(f"no NNI experiment at {folder}")
-        print(f"{import_experiment(store, folder, args.workload)} new records from {folder}")
+        print(f"{import_experiment(store, folder, args.workload)} records added or updated from {folder}")
         return 0
     if args.command == "list":
         print(_table(store.query(wl and wl.key, args.device, args.status, limit=args.limit)))

@@ -16,15 +16,19 @@ from .store import Records, decode_metric
 
 
 def import_experiment(store: Records, experiment_dir: str | os.PathLike[str], workload: str | None = None) -> int:
-    """Add the final results of an NNI experiment folder (<nni dir>/<id>); returns how many were new.
+    """Add the final results of an NNI experiment folder (<nni dir>/<id>); returns how many records changed.
 
     The workload is read from the experiment's trialCommand (`... -m trial <op> <spec>`) unless given.
+    A trial that NNI ran again after a resume can hold two final results; its last one is the trial's,
+    as in NNI's own export (and as `Records.append` keeps one record per trial).
     """
     folder = Path(experiment_dir)
     with closing(sqlite3.connect(f"file:{folder / 'db' / 'nni.sqlite'}?mode=ro", uri=True)) as nni_db:
         profile = json.loads(nni_db.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC"
                                             " LIMIT 1").fetchone()[0])
-        metrics = nni_db.execute("SELECT trialJobId, data FROM MetricData WHERE type = 'FINAL'").fetchall()
+        rows = nni_db.execute("SELECT trialJobId, data FROM MetricData WHERE type = 'FINAL'"
+                              " ORDER BY timestamp, rowid").fetchall()
+    metrics = dict(rows)  # the last final result of each trial
     command = profile.get("trialCommand", "")
     found = read_trial_command(command)
     if workload is None:
@@ -34,7 +38,7 @@ def import_experiment(store: Records, experiment_dir: str | os.PathLike[str], wo
     wl = parse_name(workload)
     tuner = found[2] if found else None
     new = 0
-    for trial_id, data in metrics:
+    for trial_id, data in metrics.items():
         metric = decode_metric(data)
         if not isinstance(metric, dict) or "status" not in metric:
             continue  # not a trial of this suite

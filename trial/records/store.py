@@ -61,6 +61,16 @@ from before read with no warnings, and an older checkout that reads every column
 reads a store written since."""
 
 
+_MEASURED = ("workload", "target", "device", "params", "status", "reason", "gflops", "latency_ms",
+             "latency_std_ms", "build_s", "tuner")
+"""The columns of a measurement itself; a trial recorded again with the same values leaves its record as it is."""
+_COLUMNS = ("time", *_MEASURED, "experiment", "trial")
+_UPSERT = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+           f" ON CONFLICT (experiment, trial) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _COLUMNS)}"
+           f" WHERE ({', '.join(_MEASURED)}) IS NOT ({', '.join(f'excluded.{c}' for c in _MEASURED)})")
+"""One measurement in; a trial of an experiment recorded before is replaced when its measurement differs."""
+
+
 @dataclass
 class Record:
     id: int
@@ -125,17 +135,28 @@ class Records:
 
     def append(self, wl: Workload, result: MeasureResult, experiment: str | None = None,
                trial: str | None = None, tuner: str | None = None) -> bool:
-        """Keep one measurement; False if this experiment's trial was recorded already."""
+        """Keep one measurement; True if the store changed.
+
+        A store holds one record per trial of an experiment, the measurement NNI holds for it: NNI runs
+        a trial again under the same id when it resumes an experiment whose manager died while the trial
+        ran, and that run's measurement replaces the earlier one (a trial records only what NNI took,
+        see `python -m trial`). Recording the same measurement again changes nothing (an import run
+        twice), and measurements outside an experiment are all kept.
+        """
         row = (time.time(), wl.key, result.target, result.device, params_key(result.params), result.status,
-               result.reason, result.gflops, result.latency_ms, result.latency_std_ms, result.build_s,
-               experiment, trial, tuner)
+               result.reason, result.gflops, result.latency_ms, result.latency_std_ms, result.build_s, tuner,
+               experiment, trial)
         with self._connect() as db:
-            cur = db.execute("INSERT OR IGNORE INTO measurements (time, workload, target, device, params, status,"
-                             " reason, gflops, latency_ms, latency_std_ms, build_s, experiment, trial, tuner)"
-                             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
-            if cur.rowcount == 1 and result.warning:
-                db.execute("INSERT INTO warnings (measurement, warning) VALUES (?, ?)", (cur.lastrowid, result.warning))
-            return cur.rowcount == 1
+            cur = db.execute(_UPSERT, row)
+            if cur.rowcount != 1:
+                return False
+            measurement = (db.execute("SELECT id FROM measurements WHERE experiment = ? AND trial = ?",
+                                      (experiment, trial)).fetchone()[0]
+                           if experiment is not None and trial is not None else cur.lastrowid)
+            db.execute("DELETE FROM warnings WHERE measurement = ?", (measurement,))
+            if result.warning:
+                db.execute("INSERT INTO warnings (measurement, warning) VALUES (?, ?)", (measurement, result.warning))
+            return True
 
     @staticmethod
     def _where(workload: str | None, device: str | None, status: str | None) -> tuple[str, list[str]]:

@@ -6,13 +6,24 @@ most measurements take, so the trial asks the measuring service to talk to that 
 the service holds NNI's own channel class (`TrialCommandChannelV3`), imported once, and uses it as
 NNI's SDK would (`fetch`, `send`).  Other channels (NNI's legacy file channel) go through the SDK in
 the trial process.
+
+A trial outlives NNI's manager when the manager is killed: it then must not report, since a resumed
+manager on the same port would take the result as that of the trial it runs again under the same id
+(and the records would then disagree with NNI). The trial notes its ancestors when it receives its
+parameters; if one of them has gone by the time it reports (the manager, or the shell between), it is
+orphaned and `report` raises `Orphaned`.
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
+import psutil
+
 from . import client
+
+_ancestors_at_start: list[int] | None = None
+"""The pids of this trial's ancestors when it received its parameters (`receive`), nearest first."""
 
 
 def under_nni() -> bool:
@@ -29,6 +40,18 @@ class ChannelError(RuntimeError):
     """NNI's trial channel failed; the trial cannot get its parameters or give its result."""
 
 
+class Orphaned(ChannelError):
+    """NNI's manager that started this trial has gone; its result must not reach another one."""
+
+
+def _ancestors() -> list[int]:
+    """This process's ancestors' pids, nearest first; empty where the system does not say (no check then)."""
+    try:
+        return [parent.pid for parent in psutil.Process().parents()]
+    except psutil.Error:
+        return []
+
+
 def _ask(message: dict[str, Any]) -> dict[str, Any]:
     answer = client.request(message)
     if "error" in answer:
@@ -38,6 +61,8 @@ def _ask(message: dict[str, Any]) -> dict[str, Any]:
 
 def receive() -> tuple[dict[str, Any] | None, Any]:
     """This trial's parameters and their parameter id, as `nni.get_next_parameter()` gives them."""
+    global _ancestors_at_start
+    _ancestors_at_start = _ancestors()
     url = _channel()
     if url:
         answer = _ask({"request": "nni_receive", "channel": url})
@@ -50,7 +75,12 @@ def receive() -> tuple[dict[str, Any] | None, Any]:
 
 
 def report(metric: dict[str, Any], parameter_id: Any) -> None:
-    """Send the trial's final result, as `nni.report_final_result(metric)` does."""
+    """Send the trial's final result, as `nni.report_final_result(metric)` does; `Orphaned` if the manager
+    that started the trial has gone (`receive` noted the trial's ancestors)."""
+    now = _ancestors() if _ancestors_at_start is not None else None
+    if now != _ancestors_at_start:
+        raise Orphaned(f"NNI's manager that started trial {os.environ.get('NNI_TRIAL_JOB_ID')} has gone (the "
+                       f"trial's ancestors were {_ancestors_at_start}, now {now}); result not reported")
     url = _channel()
     if url:
         _ask({"request": "nni_report", "channel": url, "parameter_id": parameter_id,
