@@ -1,0 +1,134 @@
+"""Kernels in: the model with each tuned operator replaced by its tuned kernel, where that is faster.
+
+`apply` exports the model (trace.py), runs it once to read each node's plan and arguments, and for
+each workload with a verified record on this device builds and loads its kernel (kernels.py), checks
+it against torch's operator on that node's own arguments, and times both there (torch's op is the
+vendor library: cuBLAS/cuDNN on a GPU, oneDNN/MKL on the CPU).  Where the kernel is faster, every
+node of that workload calls it through a `Tuned` submodule; the rest stay torch's.  So applying
+never makes an operator slower than it was, to the accuracy of the timing.  The result is an
+fx.GraphModule, which torch.compile takes as it is (the kernel is the opaque custom op `opevo::kernel`).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trial.records import Records
+
+from . import kernels, ops, timing, trace
+from .errors import ModelError
+from .load import resolve_target
+from .tasks import for_target
+
+TOLERANCE = {torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+"""Largest difference from torch's result allowed, relative to the largest magnitude of torch's result,
+per element type: the kernels sum in another order (and float16 ones in other tiles) than torch does."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the tuned model does for one workload: which implementation runs, and the times that decided."""
+
+    workload: str
+    count: int
+    use: str  # "tuned" or "torch"
+    why: str
+    torch_ms: float | None = None
+    tuned_ms: float | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.torch_ms / self.tuned_ms if self.torch_ms and self.tuned_ms else None
+
+
+class Tuned(torch.nn.Module):
+    """One graph node's operator, running `workload`'s tuned kernel on each call whose tensors make that
+    workload (any other call, e.g. with other strides, runs torch's operator)."""
+
+    def __init__(self, op: Any, workload: str) -> None:
+        super().__init__()
+        self.op, self.workload = op, workload
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        p = ops.plan(self.op, args, kwargs, check=False)
+        if isinstance(p, ops.Plan) and p.workload == self.workload:
+            return p.finish(torch.ops.opevo.kernel(*p.operands, self.workload))
+        return self.op(*args, **kwargs)
+
+
+def difference(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max |got - want| / max |want|: the figure the tolerances bound."""
+    scale = want.detach().abs().max().float().clamp_min(1e-30)
+    return float((got.detach().float() - want.detach().float()).abs().max() / scale)
+
+
+def _decide(workload: str, calls: list[trace.NodeCall], target: Any, kind: str, records: Records | None,
+            min_run_time: float, force: bool) -> Choice:
+    record = kernels.best(workload, target, records)
+    if record is None:
+        return Choice(workload, len(calls), "torch", "no verified record on this device")
+    kernels.load(workload, kernels.build(workload, record.params, target, kind, records))
+    first = calls[0]
+    tuned = Tuned(first.target, workload)
+    with torch.no_grad():
+        want, got = first.target(*first.args, **first.kwargs), tuned(*first.args, **first.kwargs)
+        off = difference(got, want)
+        if off > TOLERANCE[want.dtype]:
+            return Choice(workload, len(calls), "torch", f"tuned result differs from torch's by {off:.1e}")
+        torch_ms = timing.median_ms(lambda: first.target(*first.args, **first.kwargs), min_run_time)
+        tuned_ms = timing.median_ms(lambda: tuned(*first.args, **first.kwargs), min_run_time)
+    if force:
+        return Choice(workload, len(calls), "tuned", "forced", torch_ms, tuned_ms)
+    use = "tuned" if tuned_ms < torch_ms else "torch"
+    return Choice(workload, len(calls), use, "faster" if use == "tuned" else "torch's operator is faster",
+                  torch_ms, tuned_ms)
+
+
+def _replace(gm: torch.fx.GraphModule, name: str, workload: str) -> None:
+    node = next(n for n in gm.graph.nodes if n.name == name)
+    sub = f"opevo_{name}"
+    gm.add_submodule(sub, Tuned(node.target, workload))
+    with gm.graph.inserting_before(node):
+        new = gm.graph.call_module(sub, node.args, node.kwargs)
+    new.meta = dict(node.meta)
+    node.replace_all_uses_with(new)
+    gm.graph.erase_node(node)
+
+
+def apply(module: torch.nn.Module, example_inputs: tuple[Any, ...], target: str = "auto",
+          records: Records | None = None, min_run_time: float = timing.MIN_RUN_S,
+          force: bool = False) -> torch.fx.GraphModule:
+    """`module` with each tuned operator replaced by its tuned kernel where that is faster than torch's.
+
+    `example_inputs` are on the target's device (llvm: the CPU; cuda/rocm: torch's "cuda").  The result's
+    `opevo_choices` lists per workload what runs and why (the report prints it).  `records`: the store
+    (default $OPEVO_RECORDS); `force`: every kernel that has a record and matches torch's result runs, faster
+    or not (to check the kernels themselves).
+    """
+    found = resolve_target(target)
+    device = "cuda" if found.is_gpu else "cpu"
+    if any(isinstance(x, torch.Tensor) and x.device.type != device for x in torch.utils._pytree.tree_leaves(example_inputs)):
+        raise ModelError(f"the example inputs must be on the target's device ({device} for {found.label})")
+    gm = trace.export(module, tuple(example_inputs))
+    recorder = trace.Recorder(gm)
+    trace.run(recorder, tuple(example_inputs), found.device_name)
+    by_workload: dict[str, list[trace.NodeCall]] = defaultdict(list)
+    for call in recorder.calls.values():
+        p = for_target(call.plan, ops.op_name(call.target), found.is_gpu)
+        if isinstance(p, ops.Plan):
+            by_workload[p.workload].append(call)
+    choices = []
+    for workload, calls in by_workload.items():
+        choice = _decide(workload, calls, found, target, records, min_run_time, force)
+        choices.append(choice)
+        if choice.use == "tuned":
+            for call in calls:
+                _replace(gm, call.name, workload)
+    gm.recompile()
+    for call in recorder.calls.values():  # the arguments held for timing are no longer needed
+        call.args, call.kwargs = (), {}
+    gm.opevo_choices = tuple(choices)
+    return gm
