@@ -5,7 +5,8 @@ tensor's type and shape; a symbolic batch dimension of a graph input becomes --b
 A MatMul or Gemm operand made by a Transpose of its last two dimensions is the Transpose's input read
 as a `T` operand (the suite's P<layout>), as are Gemm's transA/transB.  The time of each node is
 onnxruntime's own profile of the graph on the target's device (CUDA execution provider on a GPU)
-when onnxruntime is installed; without it the tunable nodes are weighed by their arithmetic and the
+when onnxruntime is installed (with its graph optimizations off, so that each profiled node is a
+node of the graph: fused, a deployment runs faster than this profile says); without it the tunable nodes are weighed by their arithmetic and the
 rest are listed without time, and the table says so.  Nodes of a domain other than ONNX's own are
 refused: neither shape inference nor the suite knows what they compute.
 """
@@ -49,6 +50,8 @@ def _infer(path: Path, batch: int) -> Any:
         if node.domain not in ("", "ai.onnx"):
             raise ModelError(f"unsupported ONNX op {node.domain}::{node.op_type} (node {node.name or node.output[0]!r}): "
                              "only operators of ONNX's own domain can be read")
+    for i, node in enumerate(model.graph.node):  # names, by which onnxruntime's profile reports nodes
+        node.name = node.name or f"{node.op_type}_{i}"
     for value in model.graph.input:
         dims = value.type.tensor_type.shape.dim
         if dims and not dims[0].HasField("dim_value"):
@@ -147,6 +150,8 @@ def _profile(model: Any, gpu: bool) -> dict[str, float] | None:
         return None
     options = ort.SessionOptions()
     options.enable_profiling = True
+    # no fusion or layout rewrites: each profiled node is then one node of the graph as read here
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
     providers = ["CUDAExecutionProvider"] if gpu else []
     session = ort.InferenceSession(model.SerializeToString(), options, providers=[*providers, "CPUExecutionProvider"])
@@ -174,8 +179,8 @@ def find(model: Model) -> TaskList:
     times = _profile(inferred, model.target.is_gpu)
     tasks: dict[str, list[float]] = defaultdict(list)
     rest: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for i, node in enumerate(inferred.graph.node):
-        name = node.name or f"{node.op_type}_{i}"
+    for node in inferred.graph.node:
+        name = node.name
         found = (_matmul_key(node, shapes, producers) if node.op_type in ("MatMul", "Gemm")
                  else _conv_key(node, shapes) if node.op_type == "Conv" else "no suite operator")
         if isinstance(found, tuple) and not _valid(found[0]):
