@@ -53,8 +53,8 @@ def test_apply_keeps_the_faster_of_torch_and_the_kernel(tiny_records):
     model = tiny_model()
     tuned = apply(model.module, model.inputs, target="llvm", records=tiny_records, min_run_time=0.01)
     for c in tuned.opevo_choices:
-        assert c.torch_ms > 0 and c.tuned_ms > 0
-        assert c.use == ("tuned" if c.tuned_ms < c.torch_ms else "torch")
+        assert c.vendor_ms > 0 and c.tuned_ms > 0
+        assert c.use == ("tuned" if c.tuned_ms < c.vendor_ms else "vendor")
     assert _tuned_nodes(tuned) == {c.workload for c in tuned.opevo_choices if c.use == "tuned"}
     with torch.no_grad():
         assert difference(tuned(*model.inputs), model.module(*model.inputs)) <= TOLERANCE[torch.float32]
@@ -69,7 +69,7 @@ def test_records_of_another_device_are_not_used(tmp_path):
                                      device="NVIDIA H100 80GB HBM3"))
     tuned = apply(model.module, model.inputs, target="llvm", records=records, min_run_time=0.01, force=True)
     choice = next(c for c in tuned.opevo_choices if c.workload == wl.key)
-    assert choice.use == "torch" and choice.why == "no verified record on this device"
+    assert choice.use == "vendor" and choice.why == "no verified record on this device"
     assert not _tuned_nodes(tuned)
 
 
@@ -79,7 +79,7 @@ def test_report_prints_every_section(tiny_records):
     text = made.text
     for workload in TINY_TASKS:
         assert workload in text
-    for heading in ("torch ms", "tuned ms", "speed-up", "share", "tolerance 1e-03 (float32): ok",
+    for heading in ("vendor ms", "tuned ms", "speed-up", "share", "tolerance 1e-03 (float32): ok",
                     "End-to-end latency", "eager", "tuned", "torch.compile rows skipped (--no-compile)"):
         assert heading in text
 
@@ -108,3 +108,10 @@ def test_tune_command_needs_one_budget(argv, capsys):
         main(argv)
     assert exit_.value.code == 2
     assert "trials" in capsys.readouterr().err
+
+
+def test_difference_bounds_every_output_and_fails_on_nan_or_shape():
+    want = (torch.ones(3), {"b": torch.full((2,), 4.0)})
+    assert difference((torch.ones(3), {"b": torch.tensor([4.0, 4.2])}), want) == pytest.approx(0.05, rel=1e-5)
+    assert not difference((torch.tensor([1.0, float("nan"), 1.0]), want[1]), want) <= 1.0
+    assert difference((torch.ones(4), want[1]), want) == float("inf")

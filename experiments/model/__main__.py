@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from trial.inputs import number_type
+from trial.records.store import RecordsError
 from trial.target import KINDS
 
 from .errors import ModelError
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         made = report(model, compile=not args.no_compile)
         print(made.text)
         return 0 if made.output_ok else 1
-    except ModelError as err:
+    except (ModelError, RecordsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

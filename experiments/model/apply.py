@@ -10,6 +10,7 @@ fx.GraphModule, which torch.compile takes as it is (the kernel is the opaque cus
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -34,14 +35,14 @@ class Choice:
 
     workload: str
     count: int
-    use: str  # "tuned" or "torch"
+    use: str  # "tuned" or "vendor" (torch's own operator)
     why: str
-    torch_ms: float | None = None
+    vendor_ms: float | None = None
     tuned_ms: float | None = None
 
     @property
     def speedup(self) -> float | None:
-        return self.torch_ms / self.tuned_ms if self.torch_ms and self.tuned_ms else None
+        return self.vendor_ms / self.tuned_ms if self.vendor_ms and self.tuned_ms else None
 
 
 class Tuned(torch.nn.Module):
@@ -59,32 +60,50 @@ class Tuned(torch.nn.Module):
         return self.op(*args, **kwargs)
 
 
-def difference(got: torch.Tensor, want: torch.Tensor) -> float:
-    """max |got - want| / max |want|: the figure the tolerances bound."""
-    scale = want.detach().abs().max().float().clamp_min(1e-30)
-    return float((got.detach().float() - want.detach().float()).abs().max() / scale)
+def difference(got: Any, want: Any) -> float:
+    """max |got - want| / max |want| over the tensors of two outputs of the same structure: the figure the
+    tolerances bound (infinite where the structures or shapes differ)."""
+    got_leaves, want_leaves = torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)
+    if len(got_leaves) != len(want_leaves) or not want_leaves:
+        return float("inf")
+    worst = 0.0
+    for g, w in zip(got_leaves, want_leaves):
+        if isinstance(w, torch.Tensor) and w.is_floating_point():
+            if not isinstance(g, torch.Tensor) or g.shape != w.shape:
+                return float("inf")
+            scale = w.detach().abs().max().float().clamp_min(1e-30)
+            off = float((g.detach().float() - w.detach().float()).abs().max() / scale)
+            if math.isnan(off):  # a NaN where torch has a number (max() would pass it over)
+                return float("inf")
+            worst = max(worst, off)
+        elif not (torch.equal(g, w) if isinstance(w, torch.Tensor) else g == w):
+            return float("inf")
+    return worst
 
 
 def _decide(workload: str, calls: list[trace.NodeCall], target: Any, kind: str, records: Records | None,
             min_run_time: float, force: bool) -> Choice:
     record = kernels.best(workload, target, records)
     if record is None:
-        return Choice(workload, len(calls), "torch", "no verified record on this device")
-    kernels.load(workload, kernels.build(workload, record.params, target, kind, records))
+        return Choice(workload, len(calls), "vendor", "no verified record on this device")
+    try:
+        kernels.load(workload, kernels.build(workload, record.params, target, kind, records))
+    except ModelError as err:
+        return Choice(workload, len(calls), "vendor", str(err))
     first = calls[0]
     tuned = Tuned(first.target, workload)
     with torch.no_grad():
         want, got = first.target(*first.args, **first.kwargs), tuned(*first.args, **first.kwargs)
         off = difference(got, want)
-        if off > TOLERANCE[want.dtype]:
-            return Choice(workload, len(calls), "torch", f"tuned result differs from torch's by {off:.1e}")
-        torch_ms = timing.median_ms(lambda: first.target(*first.args, **first.kwargs), min_run_time)
+        if not off <= TOLERANCE[want.dtype]:  # NaN too
+            return Choice(workload, len(calls), "vendor", f"tuned result differs from torch's by {off:.1e}")
+        vendor_ms = timing.median_ms(lambda: first.target(*first.args, **first.kwargs), min_run_time)
         tuned_ms = timing.median_ms(lambda: tuned(*first.args, **first.kwargs), min_run_time)
     if force:
-        return Choice(workload, len(calls), "tuned", "forced", torch_ms, tuned_ms)
-    use = "tuned" if tuned_ms < torch_ms else "torch"
-    return Choice(workload, len(calls), use, "faster" if use == "tuned" else "torch's operator is faster",
-                  torch_ms, tuned_ms)
+        return Choice(workload, len(calls), "tuned", "forced", vendor_ms, tuned_ms)
+    use = "tuned" if tuned_ms < vendor_ms else "vendor"
+    return Choice(workload, len(calls), use, "faster" if use == "tuned" else "the vendor's is faster",
+                  vendor_ms, tuned_ms)
 
 
 def _replace(gm: torch.fx.GraphModule, name: str, workload: str) -> None:

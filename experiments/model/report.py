@@ -47,7 +47,8 @@ def _ms(value: float | None) -> str:
 
 
 def _task_rows(found: tasks.TaskList, choices: dict[str, Choice]) -> list[str]:
-    lines = [f"{'task':<40} {'count':>5} {'torch ms':>9} {'tuned ms':>9} {'speed-up':>8} {'share':>7}  runs",
+    lines = ["vendor: torch's own operator on this device (cuBLAS/cuDNN on a GPU, oneDNN/MKL on the CPU)",
+             f"{'task':<40} {'count':>5} {'vendor ms':>9} {'tuned ms':>9} {'speed-up':>8} {'share':>7}  runs",
              *(_task_row(t, choices.get(t.workload)) for t in found.tasks)]
     lines.append(f"tunable share of the model: {found.tunable_share:.1%}; the rest: "
                  + (", ".join(f"{u.op} {u.share:.1%}" for u in found.untunable[:6]) or "nothing")
@@ -57,9 +58,9 @@ def _task_rows(found: tasks.TaskList, choices: dict[str, Choice]) -> list[str]:
 
 def _task_row(t: tasks.Task, c: Choice | None) -> str:
     if c is None:
-        return f"{t.workload:<40} {t.count:>5} {_ms(None)} {_ms(None)} {'-':>8} {t.share:>7.1%}  torch"
+        return f"{t.workload:<40} {t.count:>5} {_ms(None)} {_ms(None)} {'-':>8} {t.share:>7.1%}  vendor"
     speedup = f"{c.speedup:7.2f}x" if c.speedup else f"{'-':>8}"
-    return (f"{t.workload:<40} {t.count:>5} {_ms(c.torch_ms)} {_ms(c.tuned_ms)} {speedup} {t.share:>7.1%}  "
+    return (f"{t.workload:<40} {t.count:>5} {_ms(c.vendor_ms)} {_ms(c.tuned_ms)} {speedup} {t.share:>7.1%}  "
             f"{c.use} ({c.why})")
 
 
