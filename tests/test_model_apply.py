@@ -5,17 +5,17 @@ import types
 
 import pytest
 
-torch = pytest.importorskip("torch")  # the model extra; CI's test extra brings it
+import torch
 
-from experiments.model import apply, kernels  # noqa: E402
-from experiments.model.__main__ import main  # noqa: E402
-from experiments.model.apply import TOLERANCE, Tuned, difference  # noqa: E402
-from experiments.model.report import report  # noqa: E402
-from experiments.model.tasks import Task  # noqa: E402
-from model_fixtures import TINY, TINY_TASKS, tiny_model, tiny_records  # noqa: E402,F401
-from trial.records import Records  # noqa: E402
-from trial.results import MeasureResult, Status  # noqa: E402
-from trial.workload import parse_name  # noqa: E402
+from experiments.model import apply, kernels
+from experiments.model.__main__ import main
+from experiments.model.apply import TOLERANCE, Tuned, difference
+from experiments.model.report import report
+from experiments.model.tasks import Task
+from model_fixtures import TINY, TINY_TASKS, tiny_model, tiny_records  # noqa: F401
+from trial.records import Records
+from trial.results import MeasureResult, Status
+from trial.workload import parse_name
 
 
 def _tuned_nodes(gm):

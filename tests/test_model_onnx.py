@@ -1,16 +1,13 @@
 """Tasks of an ONNX model: MatMul, Gemm and Conv nodes read from the inferred shapes, the rest listed."""
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-onnx = pytest.importorskip("onnx")  # the model extra; CI's test extra brings it
-pytest.importorskip("torch")
-
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-import numpy as np  # noqa: E402
-
-from experiments.model.__main__ import main  # noqa: E402
-from experiments.model.errors import ModelError  # noqa: E402
-from experiments.model.load import load  # noqa: E402
-from experiments.model.onnx_tasks import find  # noqa: E402
+from experiments.model.__main__ import main
+from experiments.model.errors import ModelError
+from experiments.model.load import load
+from experiments.model.onnx_tasks import find
 
 
 def _weight(name, *shape):

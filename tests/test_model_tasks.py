@@ -4,14 +4,14 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")  # the model extra; CI's test extra brings it
+import torch
 
-from experiments.model import ops, tasks  # noqa: E402
-from experiments.model.__main__ import main  # noqa: E402
-from experiments.model.errors import ModelError  # noqa: E402
-from experiments.model.load import load  # noqa: E402
-from model_fixtures import TINY, TINY_TASKS, tiny_model  # noqa: E402
-from trial.workload import parse_name  # noqa: E402
+from experiments.model import ops, tasks
+from experiments.model.__main__ import main
+from experiments.model.errors import ModelError
+from experiments.model.load import load
+from model_fixtures import TINY, TINY_TASKS, tiny_model
+from trial.workload import parse_name
 
 aten = torch.ops.aten
 
