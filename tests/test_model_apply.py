@@ -84,6 +84,16 @@ def test_report_prints_every_section(tiny_records):
         assert heading in text
 
 
+def test_report_command(tmp_path, capsys):
+    assert main(["report", TINY, "--target", "llvm", "--no-compile"]) == 0  # an empty store: torch's ops run
+    out = capsys.readouterr().out
+    assert "no verified record on this device" in out and "tolerance 1e-03 (float32): ok" in out
+    assert "torch.compile rows skipped (--no-compile)" in out
+    (tmp_path / "m.onnx").write_bytes(b"")
+    assert main(["report", str(tmp_path / "m.onnx"), "--target", "llvm"]) == 2
+    assert "report runs a PyTorch model" in capsys.readouterr().err
+
+
 def test_tune_command_passes_the_tasks_and_budget(tmp_path, monkeypatch):
     calls = []
     fake = types.ModuleType("experiments.model.tune")
