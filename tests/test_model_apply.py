@@ -13,6 +13,7 @@ from experiments.model.apply import TOLERANCE, Tuned, difference
 from experiments.model.report import report
 from experiments.model.tasks import Task
 from model_fixtures import TINY, TINY_TASKS, tiny_model, tiny_records  # noqa: F401
+from trial import templates
 from trial.records import Records
 from trial.results import MeasureResult, Status
 from trial.workload import parse_name
@@ -64,12 +65,15 @@ def test_records_of_another_device_are_not_used(tmp_path):
     model = tiny_model()
     records = Records(tmp_path / "records.sqlite")
     wl = parse_name("mm/N128K32M32PNT")
-    params = {"K": [1, 1, 4, 8], "X": [16, 1, 8, 1], "Y": [2, 1, 16, 1], "unroll": 0, "vec": 1}
+    params = templates.candidates(wl)[-1].default_params(wl, True)  # a GPU's hand-picked knobs
     records.append(wl, MeasureResult(Status.OK, "", params, gflops=1.0, latency_ms=1.0, target="cuda sm_90",
                                      device="NVIDIA H100 80GB HBM3"))
     tuned = apply(model.module, model.inputs, target="llvm", records=records, min_run_time=0.01, force=True)
     choice = next(c for c in tuned.opevo_choices if c.workload == wl.key)
-    assert choice.use == "vendor" and choice.why == "no verified record on this device"
+    assert choice.use == "vendor"
+    assert choice.why == f"recorded on NVIDIA H100 80GB HBM3 only, not on this device ({model.target.device_name})"
+    other = next(c for c in tuned.opevo_choices if c.workload != wl.key)
+    assert other.use == "vendor" and other.why == "no verified record on this device"
     assert not _tuned_nodes(tuned)
 
 

@@ -39,6 +39,7 @@ class Choice:
     why: str
     vendor_ms: float | None = None
     tuned_ms: float | None = None
+    kernel: str | None = None  # the loaded kernel's id (kernels.load), where one was built
 
     @property
     def speedup(self) -> float | None:
@@ -46,17 +47,17 @@ class Choice:
 
 
 class Tuned(torch.nn.Module):
-    """One graph node's operator, running `workload`'s tuned kernel on each call whose tensors make that
-    workload (any other call, e.g. with other strides, runs torch's operator)."""
+    """One graph node's operator, running the tuned kernel `kernel_id` (kernels.load) on each call whose
+    tensors make its workload (any other call, e.g. with other strides, runs torch's operator)."""
 
-    def __init__(self, op: Any, workload: str) -> None:
+    def __init__(self, op: Any, workload: str, kernel_id: str) -> None:
         super().__init__()
-        self.op, self.workload = op, workload
+        self.op, self.workload, self.kernel_id = op, workload, kernel_id
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         p = ops.plan(self.op, args, kwargs, check=False)
         if isinstance(p, ops.Plan) and p.workload == self.workload:
-            return p.finish(torch.ops.opevo.kernel(*p.operands, self.workload))
+            return p.finish(torch.ops.opevo.kernel(*p.operands, self.kernel_id))
         return self.op(*args, **kwargs)
 
 
@@ -85,13 +86,16 @@ def _decide(workload: str, calls: list[trace.NodeCall], target: Any, kind: str, 
             min_run_time: float, force: bool) -> Choice:
     record = kernels.best(workload, target, records)
     if record is None:
-        return Choice(workload, len(calls), "vendor", "no verified record on this device")
+        elsewhere = kernels.best(workload, None, records)
+        why = (f"recorded on {elsewhere.device} only, not on this device ({target.device_name})" if elsewhere
+               else "no verified record on this device")
+        return Choice(workload, len(calls), "vendor", why)
     try:
-        kernels.load(workload, kernels.build(workload, record.params, target, kind, records))
+        kernel_id = kernels.load(workload, kernels.build(workload, record.params, target, kind, records))
     except ModelError as err:
         return Choice(workload, len(calls), "vendor", str(err))
     first = calls[0]
-    tuned = Tuned(first.target, workload)
+    tuned = Tuned(first.target, workload, kernel_id)
     with torch.no_grad():
         want, got = first.target(*first.args, **first.kwargs), tuned(*first.args, **first.kwargs)
         off = difference(got, want)
@@ -100,16 +104,16 @@ def _decide(workload: str, calls: list[trace.NodeCall], target: Any, kind: str, 
         vendor_ms = timing.median_ms(lambda: first.target(*first.args, **first.kwargs), min_run_time)
         tuned_ms = timing.median_ms(lambda: tuned(*first.args, **first.kwargs), min_run_time)
     if force:
-        return Choice(workload, len(calls), "tuned", "forced", vendor_ms, tuned_ms)
+        return Choice(workload, len(calls), "tuned", "forced", vendor_ms, tuned_ms, kernel_id)
     use = "tuned" if tuned_ms < vendor_ms else "vendor"
     return Choice(workload, len(calls), use, "faster" if use == "tuned" else "the vendor's is faster",
-                  vendor_ms, tuned_ms)
+                  vendor_ms, tuned_ms, kernel_id)
 
 
-def _replace(gm: torch.fx.GraphModule, name: str, workload: str) -> None:
+def _replace(gm: torch.fx.GraphModule, name: str, choice: Choice) -> None:
     node = next(n for n in gm.graph.nodes if n.name == name)
     sub = f"opevo_{name}"
-    gm.add_submodule(sub, Tuned(node.target, workload))
+    gm.add_submodule(sub, Tuned(node.target, choice.workload, choice.kernel))
     with gm.graph.inserting_before(node):
         new = gm.graph.call_module(sub, node.args, node.kwargs)
     new.meta = dict(node.meta)
@@ -145,7 +149,7 @@ def apply(module: torch.nn.Module, example_inputs: tuple[Any, ...], target: str 
         choices.append(choice)
         if choice.use == "tuned":
             for call in calls:
-                _replace(gm, call.name, workload)
+                _replace(gm, call.name, choice)
     gm.recompile()
     for call in recorder.calls.values():  # the arguments held for timing are no longer needed
         call.args, call.kwargs = (), {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +29,7 @@ from .errors import ModelError
 
 CALLS: Counter[str] = Counter()
 """Calls of each workload's tuned kernel in this process (what ran through TVM rather than torch)."""
-_LOADED: dict[str, Any] = {}  # workload -> the kernel's function "main" (one per workload in a process)
-
-
-@dataclass(frozen=True)
-class Kernel:
-    workload: str
-    params: dict[str, Any]
-    library: Path
-    recorded_ms: float | None
+_LOADED: dict[str, Any] = {}  # kernel id (workload@library) -> the library's function "main"
 
 
 def _torch_dtype(name: str) -> torch.dtype:
@@ -46,25 +37,28 @@ def _torch_dtype(name: str) -> torch.dtype:
 
 
 @torch.library.custom_op("opevo::kernel", mutates_args=())
-def kernel(a: torch.Tensor, b: torch.Tensor, workload: str) -> torch.Tensor:
-    """Run the loaded kernel of `workload` on the operands as it reads them (contiguous, its layout)."""
+def kernel(a: torch.Tensor, b: torch.Tensor, kernel_id: str) -> torch.Tensor:
+    """Run the loaded kernel `kernel_id` (`load`'s answer) on the operands as it reads them (contiguous, in
+    its workload's layout)."""
+    workload = kernel_id.partition("@")[0]
     wl = parse_name(workload)
     out = torch.empty(wl.output_shape, dtype=_torch_dtype(wl.out_dtype), device=a.device)
-    _LOADED[workload](a, b, out)
+    _LOADED[kernel_id](a, b, out)
     CALLS[workload] += 1
     return out
 
 
 @kernel.register_fake
-def _(a: torch.Tensor, b: torch.Tensor, workload: str) -> torch.Tensor:
-    wl = parse_name(workload)
+def _(a: torch.Tensor, b: torch.Tensor, kernel_id: str) -> torch.Tensor:
+    wl = parse_name(kernel_id.partition("@")[0])
     return a.new_empty(wl.output_shape, dtype=_torch_dtype(wl.out_dtype))
 
 
-def best(workload: str, target: Target, records: Records | None = None) -> Any:
-    """The fastest verified record of `workload` on this device, its knobs as the template takes them now;
-    None if there is none."""
-    found = (records or Records()).best(workload, target.device_name, fits=as_template_takes(parse_name(workload)))
+def best(workload: str, target: Target | None, records: Records | None = None) -> Any:
+    """The fastest verified record of `workload` on this device (None: on any device), its knobs as the
+    template takes them now; None if there is none."""
+    found = (records or Records()).best(workload, target.device_name if target else None,
+                                        fits=as_template_takes(parse_name(workload)))
     return found[0] if found else None
 
 
@@ -91,12 +85,11 @@ def build(workload: str, params: dict[str, Any], target: Target, kind: str = "au
     return library
 
 
-def load(workload: str, library: Path) -> None:
-    """Load `library` as the kernel that `opevo::kernel` runs for `workload` in this process."""
-    import tvm
+def load(workload: str, library: Path) -> str:
+    """Load `library` (a kernel of `workload`) into this process; the id by which `opevo::kernel` runs it."""
+    kernel_id = f"{workload}@{library.resolve()}"
+    if kernel_id not in _LOADED:
+        import tvm
 
-    _LOADED[workload] = tvm.runtime.load_module(str(library))["main"]
-
-
-def loaded(workload: str) -> bool:
-    return workload in _LOADED
+        _LOADED[kernel_id] = tvm.runtime.load_module(str(library))["main"]
+    return kernel_id

@@ -24,7 +24,7 @@ from trial.measure import device as trial_device
 from trial.target import KINDS, Target, TargetError
 from trial.service.client import ServiceError
 
-from .errors import ModelError, missing
+from .errors import ModelError, missing, out_of_memory, too_large
 
 DTYPES = ("float32", "float16", "bfloat16")
 LIBRARIES = ("torchvision", "timm", "transformers")
@@ -174,6 +174,8 @@ def load(spec: str, batch: int | None = None, dtype: str = "float32", target: st
     try:
         module = module.eval().to(device=dev, dtype=cast)
         inputs = tuple(x.to(dev, cast) if x.is_floating_point() else x.to(dev) for x in inputs)
-    except torch.OutOfMemoryError as err:
-        raise ModelError(f"{spec} does not fit in {found.device_name}'s memory: {err}") from None
+    except (torch.OutOfMemoryError, RuntimeError) as err:
+        if out_of_memory(err):
+            raise too_large(spec, found.device_name, err) from None
+        raise
     return Model(spec, module, inputs, dtype, found)
