@@ -101,8 +101,8 @@ def _decide(workload: str, calls: list[trace.NodeCall], target: Any, kind: str, 
         off = difference(got, want)
         if not off <= TOLERANCE[want.dtype]:  # NaN too
             return Choice(workload, len(calls), "vendor", f"tuned result differs from torch's by {off:.1e}")
-        vendor_ms = timing.median_ms(lambda: first.target(*first.args, **first.kwargs), min_run_time)
-        tuned_ms = timing.median_ms(lambda: tuned(*first.args, **first.kwargs), min_run_time)
+        vendor_ms = timing.op_ms(lambda: first.target(*first.args, **first.kwargs), target.is_gpu, min_run_time)
+        tuned_ms = timing.op_ms(lambda: tuned(*first.args, **first.kwargs), target.is_gpu, min_run_time)
     if force:
         return Choice(workload, len(calls), "tuned", "forced", vendor_ms, tuned_ms, kernel_id)
     use = "tuned" if tuned_ms < vendor_ms else "vendor"

@@ -25,6 +25,17 @@ def median_ms(fn: Callable[[], Any], min_run_time: float = MIN_RUN_S) -> float:
     return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
 
 
+def op_ms(fn: Callable[[], Any], gpu: bool, min_run_time: float = MIN_RUN_S) -> float:
+    """One operator's time: on a GPU replayed from a CUDA graph, as the model runs in the report (Python's
+    dispatch, which differs between torch's op and a tuned one, is then not counted), else call by call."""
+    if gpu:
+        try:
+            return median_ms(_graphed(fn), min_run_time)
+        except RuntimeError:  # not capturable: timed as it is
+            pass
+    return median_ms(fn, min_run_time)
+
+
 @dataclass(frozen=True)
 class Latency:
     ms: float | None
