@@ -1,0 +1,118 @@
+"""Report: per task what the tuned kernel gains, the tuned model's output, and end-to-end latencies.
+
+Sections: (1) per task its count, torch's time, the tuned kernel's, the speed-up, its share of the
+model and which one the tuned model runs; (2) the tuned model's output against the untouched model's
+on the example inputs, with the tolerance of the dtype (apply.TOLERANCE); (3) the model's latency
+in four forms: eager, torch.compile, the tuned model, and the tuned model under torch.compile.  On a
+GPU each is a CUDA graph's replay (torch.compile's "max-autotune" captures its own graphs); float32
+runs with TF32 off (strict FP32, as the suite's float32 kernels compute), and one more row gives eager
+with PyTorch's default of TF32 convolutions.  On the CPU they are timed call by call and
+torch.compile runs in its default mode (max-autotune tunes GPU kernels; on the CPU it only adds
+compile time).  `compile=False` skips the torch.compile rows (they need a C++ compiler and minutes
+on a small CPU), and the report says so.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from trial.records import Records
+
+from . import tasks, timing
+from .apply import TOLERANCE, Choice, apply, difference
+from .load import Model
+
+
+@dataclass(frozen=True)
+class Report:
+    text: str
+    output_ok: bool
+
+
+@contextmanager
+def _tf32(allowed: bool) -> Iterator[None]:
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:9.4f}" if value is not None else f"{'-':>9}"
+
+
+def _task_rows(found: tasks.TaskList, choices: dict[str, Choice]) -> list[str]:
+    lines = ["vendor: torch's own operator on this device (cuBLAS/cuDNN on a GPU, oneDNN/MKL on the CPU)",
+             f"{'task':<40} {'count':>5} {'vendor ms':>9} {'tuned ms':>9} {'speed-up':>8} {'share':>7}  runs",
+             *(_task_row(t, choices.get(t.workload)) for t in found.tasks)]
+    lines.append(f"tunable share of the model: {found.tunable_share:.1%}; the rest: "
+                 + (", ".join(f"{u.op} {u.share:.1%}" for u in found.untunable[:6]) or "nothing")
+                 + (", ..." if len(found.untunable) > 6 else ""))
+    return lines
+
+
+def _task_row(t: tasks.Task, c: Choice | None) -> str:
+    if c is None:
+        return f"{t.workload:<40} {t.count:>5} {_ms(None)} {_ms(None)} {'-':>8} {t.share:>7.1%}  vendor"
+    speedup = f"{c.speedup:7.2f}x" if c.speedup else f"{'-':>8}"
+    return (f"{t.workload:<40} {t.count:>5} {_ms(c.vendor_ms)} {_ms(c.tuned_ms)} {speedup} {t.share:>7.1%}  "
+            f"{c.use} ({c.why})")
+
+
+def _latency_rows(model: Model, tuned: torch.nn.Module, compile: bool) -> list[str]:
+    gpu = model.target.is_gpu
+    mode = "max-autotune" if gpu else "default"
+    rows: list[tuple[str, timing.Latency]] = [("eager", timing.model_latency(model.module, model.inputs, gpu))]
+    if compile:
+        rows.append((f"torch.compile (mode {mode})", timing.model_latency(
+            torch.compile(model.module, mode=mode if gpu else None), model.inputs, gpu, graph=False)))
+    rows.append(("tuned", timing.model_latency(tuned, model.inputs, gpu)))
+    if compile:
+        rows.append((f"tuned, torch.compile (mode {mode})", timing.model_latency(
+            torch.compile(tuned, mode=mode if gpu else None), model.inputs, gpu, graph=False)))
+    base = rows[0][1].ms
+    lines = [f"{'model':<40} {'ms':>9} {'vs eager':>8}  timed"]
+    lines += [f"{name:<40} {_ms(lat.ms)} {base / lat.ms:7.2f}x  {lat.how}" for name, lat in rows]
+    if not compile:
+        lines.append("torch.compile rows skipped (--no-compile)")
+    elif not gpu:
+        lines.append("on the CPU torch.compile runs in its default mode: max-autotune tunes GPU kernels")
+    return lines
+
+
+def report(model: Model, records: Records | None = None, compile: bool = True) -> Report:
+    """Profile, apply the tuned kernels and compare; the text has every section, whatever was skipped."""
+    gpu, strict = model.target.is_gpu, model.dtype == "float32"
+    with _tf32(not strict) if gpu else _null():
+        found = tasks.find(model)
+        tuned = apply(model.module, model.inputs, target=model.target.kind, records=records)
+        choices = {c.workload: c for c in tuned.opevo_choices}
+        with torch.no_grad():
+            want, got = model.module(*model.inputs), tuned(*model.inputs)
+        off = difference(got, want)
+        tolerance = TOLERANCE[getattr(torch, model.dtype)]
+        latency = _latency_rows(model, tuned, compile)
+    if gpu and strict:
+        with _tf32(True):
+            default = timing.model_latency(model.module, model.inputs, gpu)
+        latency.append(f"{'eager, PyTorch defaults (TF32 convs)':<40} {_ms(default.ms)} {'':>8}  {default.how}")
+    used = sum(c.use == "tuned" for c in choices.values())
+    ok = off <= tolerance
+    text = [f"{model.name} ({model.dtype}) on {model.target.device_name} ({model.target.label})"
+            + (", TF32 off (strict FP32)" if gpu and strict else ""), "",
+            f"Tasks: {len(found.tasks)}, tuned kernel runs for {used}", *_task_rows(found, choices), "",
+            "Output: tuned model against the untouched one on the example inputs",
+            f"max |tuned - torch| / max |torch| = {off:.2e}, tolerance {tolerance:.0e} ({model.dtype}): "
+            + ("ok" if ok else "MISMATCH"), "",
+            "End-to-end latency", *latency]
+    return Report("\n".join(text), ok)
+
+
+@contextmanager
+def _null() -> Iterator[None]:
+    yield

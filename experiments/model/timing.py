@@ -1,0 +1,75 @@
+"""Timing of torch callables: one operator, or a whole model, on the CPU or a GPU.
+
+torch.utils.benchmark's Timer repeats a call until `min_run_time` is filled and synchronizes CUDA
+around its measurements; its median is the figure.  On a GPU a whole model is timed as a CUDA graph
+replay (captured on a side stream after a warm-up), so launch overheads that a deployment would not
+pay are left out, as the issue asks; a model that cannot be captured is timed call by call, and the
+result says so.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils.benchmark as benchmark
+
+MIN_RUN_S = 0.2
+
+
+def median_ms(fn: Callable[[], Any], min_run_time: float = MIN_RUN_S) -> float:
+    """The median time of one call of `fn`, in milliseconds."""
+    fn()  # warm-up: first calls allocate, pick algorithms, compile
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn})
+    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
+
+
+def op_ms(fn: Callable[[], Any], gpu: bool, min_run_time: float = MIN_RUN_S) -> float:
+    """One operator's time: on a GPU replayed from a CUDA graph, as the model runs in the report (Python's
+    dispatch, which differs between torch's op and a tuned one, is then not counted), else call by call."""
+    if gpu:
+        try:
+            return median_ms(_graphed(fn), min_run_time)
+        except RuntimeError:  # not capturable: timed as it is
+            pass
+    return median_ms(fn, min_run_time)
+
+
+@dataclass(frozen=True)
+class Latency:
+    ms: float | None
+    how: str  # "CUDA graph", "call by call", or why it was not measured
+
+
+def _graphed(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """`fn` captured in a CUDA graph; its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def model_latency(module: Callable[..., Any], inputs: tuple[Any, ...], gpu: bool, graph: bool = True,
+                  min_run_time: float = MIN_RUN_S) -> Latency:
+    """End-to-end latency of `module(*inputs)`: from a CUDA graph on a GPU (unless `graph` is False, e.g. for
+    torch.compile's max-autotune, which captures its own), call by call on the CPU."""
+
+    def call() -> Any:
+        with torch.no_grad():
+            return module(*inputs)
+
+    if gpu and graph:
+        try:
+            with torch.no_grad():
+                return Latency(median_ms(_graphed(call), min_run_time), "CUDA graph")
+        except RuntimeError as err:
+            how = f"call by call (no CUDA graph: {str(err).splitlines()[0][:80]})"
+            return Latency(median_ms(call, min_run_time), how)
+    return Latency(median_ms(call, min_run_time), "its own CUDA graphs" if gpu else "call by call")

@@ -1,0 +1,148 @@
+"""Tasks out: the tiny model's operators as suite workloads, the ATen calls' plans, tasks.json, bad models."""
+import json
+import sys
+
+import pytest
+
+import torch
+
+from experiments.model import ops, tasks
+from experiments.model.__main__ import main
+from experiments.model.errors import ModelError
+from experiments.model.load import load
+from model_fixtures import TINY, TINY_TASKS, tiny_model
+from trial.workload import parse_name
+
+aten = torch.ops.aten
+
+
+def _kernel(p: ops.Plan) -> torch.Tensor:
+    """What the suite's kernel computes from the plan's operands, written from the workload spec alone."""
+    wl = parse_name(p.workload)
+    a, b = p.operands
+    if wl.op == "conv":
+        d = wl.dims
+        return torch.nn.functional.conv2d(a, b, stride=d["ST"], padding=d["PD"])
+    a = a.transpose(-2, -1) if wl.layout[0] == "T" else a
+    b = b.transpose(-2, -1) if wl.layout[1] == "T" else b
+    return a @ b
+
+
+@pytest.mark.parametrize("op, args, workload", [
+    (aten.linear.default, (torch.randn(2, 5, 8), torch.randn(6, 8), torch.randn(6)), "mm/N10K8M6PNT"),
+    (aten.matmul.default, (torch.randn(8, 4).t(), torch.randn(8, 6)), "mm/N4K8M6PTN"),
+    (aten.matmul.default, (torch.randn(2, 3, 4, 5), torch.randn(5, 6)), "mm/N24K5M6PNN"),
+    (aten.matmul.default, (torch.randn(2, 3, 4, 5), torch.randn(3, 5, 6)), "bmm/B6N4K5M6PNN"),
+    (aten.bmm.default, (torch.randn(3, 4, 5), torch.randn(3, 6, 5).transpose(1, 2)), "bmm/B3N4K5M6PNT"),
+    (aten.matmul.default, (torch.randn(4, 10)[:, ::2], torch.randn(5, 6)), "mm/N4K5M6PNN"),  # strided: copied
+    (aten.addmm.default, (torch.randn(6), torch.randn(4, 5), torch.randn(5, 6)), "mm/N4K5M6PNN"),
+    (aten.conv2d.default, (torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3), torch.randn(4), [2, 2], [1, 1]),
+     "conv/N2C3HW9F4K3ST2PD1"),
+    (aten.matmul.default, (torch.randn(32, 16, dtype=torch.float16), torch.randn(16, 48, dtype=torch.float16)),
+     "mm/N32K16M48PNN_f16"),
+])
+def test_plan_names_the_workload_and_rebuilds_the_result(op, args, workload):
+    p = ops.plan(op, args, {})
+    assert isinstance(p, ops.Plan) and p.workload == workload
+    assert all(t.is_contiguous() for t in p.operands)
+    torch.testing.assert_close(p.finish(_kernel(p)), op(*args), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("op, args, reason", [
+    (aten.conv2d.default, (torch.randn(1, 4, 8, 8), torch.randn(4, 1, 3, 3), None, 1, 1, 1, 4), "grouped"),
+    (aten.conv2d.default, (torch.randn(1, 3, 8, 6), torch.randn(4, 3, 3, 3)), "non-square"),
+    (aten.conv2d.default, (torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3), None, 1, 2, 2), "dilated"),
+    (aten.matmul.default, (torch.randn(4, 5, dtype=torch.bfloat16), torch.randn(5, 6, dtype=torch.bfloat16)),
+     "bfloat16: no suite element type"),
+    (aten.matmul.default, (torch.randn(4, 5), torch.randn(5)), "matrix-vector"),
+    (aten.matmul.default, (torch.randn(4, 5, dtype=torch.float16), torch.randn(5, 6, dtype=torch.float16)),
+     "multiple of 16"),
+    (aten.softmax.int, (torch.randn(4, 5), -1), "no suite operator"),
+])
+def test_plan_says_why_a_call_is_not_tunable(op, args, reason):
+    p = ops.plan(op, args, {})
+    assert isinstance(p, ops.NotTunable) and reason in p.reason
+
+
+def test_tiny_model_tasks_counts_and_shares():
+    found = tasks.find(tiny_model())
+    assert {t.workload: t.count for t in found.tasks} == TINY_TASKS
+    assert all(t.time_ms > 0 for t in found.tasks)
+    rest = {u.op: u for u in found.untunable}
+    assert "grouped or depthwise convolution" in rest["aten.conv2d"].reasons and rest["aten.conv2d"].count == 1
+    assert {"aten.softmax", "aten.layer_norm", "aten.relu"} <= set(rest)
+    total = sum(t.share for t in found.tasks) + sum(u.share for u in found.untunable)
+    assert total == pytest.approx(1.0)
+    assert found.tunable_share == pytest.approx(sum(t.time_ms for t in found.tasks) / found.total_ms)
+
+
+def test_tasks_command_prints_the_table_and_writes_tasks_json(tmp_path, capsys):
+    assert main(["tasks", TINY, "--target", "llvm", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "mm/N128K32M32PNT" in printed and "grouped or depthwise convolution" in printed
+    assert "tunable: 6 tasks" in printed
+    data = json.loads((tmp_path / "tasks.json").read_text())
+    assert {t["workload"] for t in data["tasks"]} == set(TINY_TASKS)
+    assert {"aten.softmax", "aten.conv2d"} <= {u["op"] for u in data["untunable"]}
+    assert [t.workload for t in tasks.read(tmp_path / "tasks.json")] == [t["workload"] for t in data["tasks"]]
+
+
+def test_bfloat16_tasks_are_listed_as_not_tunable():
+    found = tasks.find(load(TINY, dtype="bfloat16", target="llvm"))
+    assert found.tasks == ()
+    reasons = {r for u in found.untunable for r in u.reasons}
+    assert "bfloat16: no suite element type" in reasons
+
+
+UNTRACEABLE = """
+import torch
+
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent control flow: torch.export cannot trace it
+            return x * 2
+        return x
+
+def build():
+    return Branchy(), (torch.randn(4),)
+"""
+TOO_LARGE = """
+import torch
+
+class Huge(torch.nn.Module):
+    def forward(self, x):
+        return torch.zeros(1 << 21, 1 << 20) + x.sum()  # 8 TiB of float32
+
+def build():
+    return Huge(), (torch.randn(4),)
+"""
+
+
+def test_a_model_that_does_not_trace_is_an_error_naming_the_line(tmp_path, capsys):
+    (tmp_path / "branchy.py").write_text(UNTRACEABLE)
+    assert main(["tasks", f"{tmp_path / 'branchy.py'}:build", "--target", "llvm", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "torch.export cannot trace the model" in err and "branchy.py:6" in err
+
+
+def test_a_model_too_large_for_the_device_is_an_error(tmp_path, capsys):
+    (tmp_path / "huge.py").write_text(TOO_LARGE)
+    assert main(["tasks", f"{tmp_path / 'huge.py'}:build", "--target", "llvm", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit in the memory of cpu" in err and "--batch" in err
+
+
+def test_a_missing_library_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "timm", None)  # as if not installed
+    with pytest.raises(ModelError, match="package 'timm'"):
+        load("timm:resnet18", target="llvm")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nowhere.py:build", "not found"),
+    (f"{TINY.rpartition(':')[0]}:nothing", "no function 'nothing'"),
+    ("resnet50", "cannot read MODEL"),
+])
+def test_bad_model_names(spec, message):
+    with pytest.raises(ModelError, match=message):
+        load(spec, target="llvm")
