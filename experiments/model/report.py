@@ -4,7 +4,9 @@ Sections: (1) per task its count, torch's time, the tuned kernel's, the speed-up
 model and which one the tuned model runs; (2) the tuned model's output against the untouched model's
 on the example inputs, with the tolerance of the dtype (apply.TOLERANCE); (3) the model's latency
 in four forms: eager, torch.compile, the tuned model, and the tuned model under torch.compile.  On a
-GPU each is a CUDA graph's replay (torch.compile's "max-autotune" captures its own graphs); float32
+GPU each is the replay of one CUDA graph captured here, so all four are timed alike: torch.compile runs
+in mode "max-autotune-no-cudagraphs" (max-autotune's kernel autotuning, with the CUDA graph taken by
+this capture instead of Inductor's own, which a custom op in the graph may keep from forming); float32
 runs with TF32 off (strict FP32, as the suite's float32 kernels compute), and one more row gives eager
 with PyTorch's default of TF32 convolutions.  On the CPU they are timed call by call and
 torch.compile runs in its default mode (max-autotune tunes GPU kernels; on the CPU it only adds
@@ -13,8 +15,7 @@ on a small CPU), and the report says so.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -30,16 +31,6 @@ from .load import Model
 class Report:
     text: str
     output_ok: bool
-
-
-@contextmanager
-def _tf32(allowed: bool) -> Iterator[None]:
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allowed
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _ms(value: float | None) -> str:
@@ -66,18 +57,19 @@ def _task_row(t: tasks.Task, c: Choice | None) -> str:
 
 def _latency_rows(model: Model, tuned: torch.nn.Module, compile: bool) -> list[str]:
     gpu = model.target.is_gpu
-    mode = "max-autotune" if gpu else "default"
+    mode = "max-autotune-no-cudagraphs" if gpu else None
+    label = f"(mode {mode or 'default'})"
     rows: list[tuple[str, timing.Latency]] = [("eager", timing.model_latency(model.module, model.inputs, gpu))]
     if compile:
-        rows.append((f"torch.compile (mode {mode})", timing.model_latency(
-            torch.compile(model.module, mode=mode if gpu else None), model.inputs, gpu, graph=False)))
+        rows.append((f"torch.compile {label}",
+                     timing.model_latency(torch.compile(model.module, mode=mode), model.inputs, gpu)))
     rows.append(("tuned", timing.model_latency(tuned, model.inputs, gpu)))
     if compile:
-        rows.append((f"tuned, torch.compile (mode {mode})", timing.model_latency(
-            torch.compile(tuned, mode=mode if gpu else None), model.inputs, gpu, graph=False)))
+        rows.append((f"tuned, torch.compile {label}",
+                     timing.model_latency(torch.compile(tuned, mode=mode), model.inputs, gpu)))
     base = rows[0][1].ms
-    lines = [f"{'model':<40} {'ms':>9} {'vs eager':>8}  timed"]
-    lines += [f"{name:<40} {_ms(lat.ms)} {base / lat.ms:7.2f}x  {lat.how}" for name, lat in rows]
+    lines = [f"{'model':<48} {'ms':>9} {'vs eager':>8}  timed"]
+    lines += [f"{name:<48} {_ms(lat.ms)} {base / lat.ms:7.2f}x  {lat.how}" for name, lat in rows]
     if not compile:
         lines.append("torch.compile rows skipped (--no-compile)")
     elif not gpu:
@@ -88,7 +80,7 @@ def _latency_rows(model: Model, tuned: torch.nn.Module, compile: bool) -> list[s
 def report(model: Model, records: Records | None = None, compile: bool = True) -> Report:
     """Profile, apply the tuned kernels and compare; the text has every section, whatever was skipped."""
     gpu, strict = model.target.is_gpu, model.dtype == "float32"
-    with _tf32(not strict) if gpu else _null():
+    with timing.tf32(not strict) if gpu else contextlib.nullcontext():
         found = tasks.find(model)
         tuned = apply(model.module, model.inputs, target=model.target.kind, records=records)
         choices = {c.workload: c for c in tuned.opevo_choices}
@@ -98,9 +90,9 @@ def report(model: Model, records: Records | None = None, compile: bool = True) -
         tolerance = TOLERANCE[getattr(torch, model.dtype)]
         latency = _latency_rows(model, tuned, compile)
     if gpu and strict:
-        with _tf32(True):
+        with timing.tf32(True):
             default = timing.model_latency(model.module, model.inputs, gpu)
-        latency.append(f"{'eager, PyTorch defaults (TF32 convs)':<40} {_ms(default.ms)} {'':>8}  {default.how}")
+        latency.append(f"{'eager, PyTorch defaults (TF32 convs)':<48} {_ms(default.ms)} {'':>8}  {default.how}")
     used = sum(c.use == "tuned" for c in choices.values())
     ok = off <= tolerance
     text = [f"{model.name} ({model.dtype}) on {model.target.device_name} ({model.target.label})"
@@ -111,8 +103,3 @@ def report(model: Model, records: Records | None = None, compile: bool = True) -
             + ("ok" if ok else "MISMATCH"), "",
             "End-to-end latency", *latency]
     return Report("\n".join(text), ok)
-
-
-@contextmanager
-def _null() -> Iterator[None]:
-    yield

@@ -7,6 +7,7 @@ operators the suite cannot tune are listed by op with their share and reasons, n
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -17,7 +18,7 @@ import torch
 
 from trial.workload import parse_name
 
-from . import ops, trace
+from . import ops, timing, trace
 from .load import Model
 
 RUNS = 5
@@ -87,12 +88,14 @@ def node_times(model: Model, recorder: trace.Recorder, runs: int = RUNS) -> dict
     gpu = model.target.is_gpu
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
     dev = str(model.device)
-    trace.run(recorder, model.inputs, model.target.device_name)  # warm-up; records the plans
-    with torch.profiler.profile(activities=activities) as prof:
-        for _ in range(runs):
-            trace.run(recorder, model.inputs, model.target.device_name)
-        if gpu:
-            torch.cuda.synchronize(dev)
+    strict = timing.tf32(False) if gpu and model.dtype == "float32" else contextlib.nullcontext()
+    with strict:  # float32 as the suite's kernels compute it: no TF32 products in cuBLAS or cuDNN
+        trace.run(recorder, model.inputs, model.target.device_name)  # warm-up; records the plans
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(runs):
+                trace.run(recorder, model.inputs, model.target.device_name)
+            if gpu:
+                torch.cuda.synchronize(dev)
     times: dict[str, float] = defaultdict(float)
     for event in prof.events():
         if event.name.startswith(trace.RANGE) and event.device_type == torch.autograd.DeviceType.CPU:

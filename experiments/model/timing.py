@@ -3,12 +3,13 @@
 torch.utils.benchmark's Timer repeats a call until `min_run_time` is filled and synchronizes CUDA
 around its measurements; its median is the figure.  On a GPU a whole model is timed as a CUDA graph
 replay (captured on a side stream after a warm-up), so launch overheads that a deployment would not
-pay are left out, as the issue asks; a model that cannot be captured is timed call by call, and the
+pay are left out; a model that cannot be captured is timed call by call, and the
 result says so.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,19 @@ import torch
 import torch.utils.benchmark as benchmark
 
 MIN_RUN_S = 0.2
+
+
+@contextmanager
+def tf32(allowed: bool) -> Iterator[None]:
+    """cuBLAS's and cuDNN's TF32 products allowed or not, for the block.  A float32 model is profiled and
+    timed with them off (strict FP32, as the suite's float32 kernels compute); PyTorch's default allows
+    them in convolutions, which the report shows in a row of its own."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def median_ms(fn: Callable[[], Any], min_run_time: float = MIN_RUN_S) -> float:
@@ -56,20 +70,20 @@ def _graphed(fn: Callable[[], Any]) -> Callable[[], Any]:
     return graph.replay
 
 
-def model_latency(module: Callable[..., Any], inputs: tuple[Any, ...], gpu: bool, graph: bool = True,
+def model_latency(module: Callable[..., Any], inputs: tuple[Any, ...], gpu: bool,
                   min_run_time: float = MIN_RUN_S) -> Latency:
-    """End-to-end latency of `module(*inputs)`: from a CUDA graph on a GPU (unless `graph` is False, e.g. for
-    torch.compile's max-autotune, which captures its own), call by call on the CPU."""
+    """End-to-end latency of `module(*inputs)`: from a CUDA graph on a GPU (call by call, saying why, where
+    the model cannot be captured), call by call on the CPU."""
 
     def call() -> Any:
         with torch.no_grad():
             return module(*inputs)
 
-    if gpu and graph:
+    if gpu:
         try:
             with torch.no_grad():
                 return Latency(median_ms(_graphed(call), min_run_time), "CUDA graph")
         except RuntimeError as err:
             how = f"call by call (no CUDA graph: {str(err).splitlines()[0][:80]})"
             return Latency(median_ms(call, min_run_time), how)
-    return Latency(median_ms(call, min_run_time), "its own CUDA graphs" if gpu else "call by call")
+    return Latency(median_ms(call, min_run_time), "call by call")
