@@ -5,9 +5,8 @@ model and which one the tuned model runs; (2) the tuned model's output against t
 on the example inputs, with the tolerance of the dtype (apply.TOLERANCE); (3) the model's latency
 in four forms: eager, torch.compile, the tuned model, and the tuned model under torch.compile.  On a
 GPU each is the replay of one CUDA graph captured here, so all four are timed alike: torch.compile runs
-in mode "max-autotune-no-cudagraphs" (max-autotune's kernel autotuning, with the CUDA graph taken by
-this capture instead of Inductor's own, which a custom op in the graph may keep from forming); float32
-runs with TF32 off (strict FP32, as the suite's float32 kernels compute), and one more row gives eager
+in mode "max-autotune-no-cudagraphs" (max-autotune's kernel autotuning, with the graph captured here
+rather than by Inductor); float32 runs with TF32 off (strict FP32, as the suite's float32 kernels compute), and one more row gives eager
 with PyTorch's default of TF32 convolutions.  On the CPU they are timed call by call and
 torch.compile runs in its default mode (max-autotune tunes GPU kernels; on the CPU it only adds
 compile time).  `compile=False` skips the torch.compile rows (they need a C++ compiler and minutes
