@@ -100,12 +100,15 @@ def check(path: Path) -> ExperimentConfig:
 
 def _build(path: Path, algo: Any) -> Any:
     """The tuner of `algo` (NNI's `_AlgorithmConfig`), built as NNI's dispatcher builds it."""
+    args = dict(algo.class_args or {})
+    if args.get("warm_start"):  # the records and the device are the experiment's business, not this check's
+        args["warm_start"] = False
     try:
         if algo.name:
-            tuner = create_builtin_class_instance(algo.name, algo.class_args, "tuners")
+            tuner = create_builtin_class_instance(algo.name, args, "tuners")
         else:
             tuner = create_customized_class_instance({"codeDirectory": algo.code_directory,
-                                                      "className": algo.class_name, "classArgs": algo.class_args})
+                                                      "className": algo.class_name, "classArgs": args})
     except Exception as err:
         name = algo.name or algo.class_name
         raise ConfigError(f"{path}: the tuner {name} rejects its classArgs: {_said(err)}") from None

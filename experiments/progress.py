@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import TextIO
 
 from tqdm import tqdm
@@ -56,11 +57,11 @@ class Progress:
     """Called with NNI's state and the trials at each poll (`manager.wait`'s `progress`)."""
 
     def __init__(self, budget: int | None, stream: TextIO | None = None, interval_s: float = INTERVAL_S,
-                 bar: bool | None = None) -> None:
-        self.budget = budget
+                 bar: bool | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget, self.clock = budget, clock
         self.stream = stream or sys.stdout
         self.interval_s = interval_s
-        self.started = time.monotonic()
+        self.started = clock()
         self._last_line = -float("inf")
         self._last_state = ""
         use_bar = self.stream.isatty() if bar is None else bar
@@ -78,7 +79,7 @@ class Progress:
             self._bar.update(max(0, done - self._bar.n))
             self._bar.refresh()
             return
-        now = time.monotonic()
+        now = self.clock()
         finished = self.budget is not None and done >= self.budget
         if now - self._last_line < self.interval_s and state == self._last_state and not finished:
             return

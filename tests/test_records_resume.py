@@ -2,7 +2,10 @@
 an orphaned trial (its NNI manager killed) records nothing, and an import takes a trial's last result."""
 import json
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -90,10 +93,30 @@ def test_a_trial_whose_manager_died_does_not_report(monkeypatch):
     asked = []
     monkeypatch.setattr(client, "request", lambda m: asked.append(m["request"]) or
                         {"parameters": KNOBS, "parameter_id": 7})
-    lineage = iter([[300, 200, 1], [300, 200, 1], [300, 1]])
-    monkeypatch.setattr(nnitrial, "_ancestors", lambda: next(lineage))
+    manager = FakeProcess(200)
+    monkeypatch.setattr(nnitrial, "_lineage", lambda: [FakeProcess(300), manager])
     assert nnitrial.receive() == (KNOBS, 7)
     nnitrial.report({"default": 2.0}, 7)  # the manager (pid 200) still runs
-    with pytest.raises(nnitrial.Orphaned, match=r"has gone .*\[300, 200, 1\], now \[300, 1\]"):
+    manager.running = False
+    with pytest.raises(nnitrial.Orphaned, match=r"has gone .*\[300, 200\], \[200\] no longer run"):
         nnitrial.report({"default": 2.0}, 7)
     assert asked == ["nni_receive", "nni_report"]
+
+
+class FakeProcess:
+    def __init__(self, pid: int) -> None:
+        self.pid, self.running = pid, True
+
+    def is_running(self) -> bool:
+        return self.running
+
+
+def test_the_lineage_ends_at_nni_manager():
+    """What lies above NNI's manager (an `nnictl create` that exits once the manager answers) is left out, so
+    its exit does not read as the manager's; the manager is known by its command line."""
+    probe = "from trial.service import nnitrial; import os; print([p.pid for p in nnitrial._lineage()], os.getppid())"
+    outer = ("import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', sys.argv[1]]).returncode)")
+    done = subprocess.run([sys.executable, "-c", outer, probe, nnitrial.MANAGER_MARK + "/main.js"],
+                          capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1])
+    lineage, parent = done.stdout.split("] ")
+    assert lineage + "]" == f"[{parent.strip()}]"  # the marked parent, and nothing above it

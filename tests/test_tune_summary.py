@@ -27,8 +27,9 @@ RECORDS = [record(0, gflops=10.0), record(1, gflops=12.5), record(2, outcome="co
 
 def test_progress_off_a_terminal_is_a_plain_line_at_an_interval():
     out = io.StringIO()
-    progress = Progress(8, out, interval_s=60, bar=False)
-    progress.started -= 10  # three trials finished in 10 s
+    now = [100.0]
+    progress = Progress(8, out, interval_s=60, bar=False, clock=lambda: now[0])
+    now[0] += 10  # three trials finished in 10 s
     progress("RUNNING", RECORDS)
     progress("RUNNING", RECORDS)  # within the interval, same state: nothing new
     lines = out.getvalue().splitlines()

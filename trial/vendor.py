@@ -59,9 +59,16 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
     """
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = cudnn_benchmark
+    try:  # the process's settings are given back: make tune's summary times the vendor in its own process
+        return _timed(wl, torch, repeat, min_repeat_ms, cudnn_benchmark)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
+
+
+def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_benchmark: bool) -> dict[str, Any] | None:
     found = _call(wl, torch)
     if found is None:
         return None

@@ -22,8 +22,8 @@ import psutil
 
 from . import client
 
-_ancestors_at_start: list[int] | None = None
-"""The pids of this trial's ancestors when it received its parameters (`receive`), nearest first."""
+_lineage_at_start: list[psutil.Process] | None = None
+"""This trial's ancestors when it received its parameters (`receive`), nearest first, up to NNI's manager."""
 
 
 def under_nni() -> bool:
@@ -44,12 +44,28 @@ class Orphaned(ChannelError):
     """NNI's manager that started this trial has gone; its result must not reach another one."""
 
 
-def _ancestors() -> list[int]:
-    """This process's ancestors' pids, nearest first; empty where the system does not say (no check then)."""
+MANAGER_MARK = "nni_node"
+"""A word of the NNI manager's command line (`node ... nni_node/main.js ...`)."""
+
+
+def _lineage() -> list[psutil.Process]:
+    """This process's ancestors, nearest first, up to and including NNI's manager where one of them is (what
+    lies above it, such as an `nnictl create` that exits once the manager answers, is no business of the
+    trial's), else all of them; empty where the system does not say (no check then)."""
+    lineage = []
     try:
-        return [parent.pid for parent in psutil.Process().parents()]
+        for parent in psutil.Process().parents():
+            lineage.append(parent)
+            if any(MANAGER_MARK in part for part in parent.cmdline()):
+                break
     except psutil.Error:
         return []
+    return lineage
+
+
+def _gone(lineage: list[psutil.Process]) -> list[int]:
+    """The pids of `lineage` that no longer run (`is_running` also tells a reused pid from its process)."""
+    return [p.pid for p in lineage if not p.is_running()]
 
 
 def _ask(message: dict[str, Any]) -> dict[str, Any]:
@@ -61,8 +77,8 @@ def _ask(message: dict[str, Any]) -> dict[str, Any]:
 
 def receive() -> tuple[dict[str, Any] | None, Any]:
     """This trial's parameters and their parameter id, as `nni.get_next_parameter()` gives them."""
-    global _ancestors_at_start
-    _ancestors_at_start = _ancestors()
+    global _lineage_at_start
+    _lineage_at_start = _lineage()
     url = _channel()
     if url:
         answer = _ask({"request": "nni_receive", "channel": url})
@@ -76,11 +92,12 @@ def receive() -> tuple[dict[str, Any] | None, Any]:
 
 def report(metric: dict[str, Any], parameter_id: Any) -> None:
     """Send the trial's final result, as `nni.report_final_result(metric)` does; `Orphaned` if the manager
-    that started the trial has gone (`receive` noted the trial's ancestors)."""
-    now = _ancestors() if _ancestors_at_start is not None else None
-    if now != _ancestors_at_start:
-        raise Orphaned(f"NNI's manager that started trial {os.environ.get('NNI_TRIAL_JOB_ID')} has gone (the "
-                       f"trial's ancestors were {_ancestors_at_start}, now {now}); result not reported")
+    that started the trial, or a process between it and the trial, has gone (`receive` noted them)."""
+    gone = _gone(_lineage_at_start or [])
+    if gone:
+        raise Orphaned(f"NNI's manager that started trial {os.environ.get('NNI_TRIAL_JOB_ID')} has gone (of the "
+                       f"trial's ancestors {[p.pid for p in _lineage_at_start]}, {gone} no longer run); "
+                       "result not reported")
     url = _channel()
     if url:
         _ask({"request": "nni_report", "channel": url, "parameter_id": parameter_id,
