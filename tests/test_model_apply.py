@@ -112,6 +112,51 @@ def test_tune_command_passes_the_tasks_and_budget(tmp_path, monkeypatch):
     assert (tmp_path / "tasks.json").exists()
 
 
+def test_tune_command_reads_the_tasks_json_of_the_same_options(tmp_path, monkeypatch, capsys):
+    """A second tune of the same model and options takes its tasks (in their order) from tasks.json; other
+    options profile the model again."""
+    calls = []
+    fake = types.ModuleType("experiments.model.tune")
+    fake.tune = lambda tasks, *args, **kwargs: calls.append(tasks) or {}
+    monkeypatch.setitem(sys.modules, "experiments.model.tune", fake)
+    argv = ["tune", TINY, "--target", "llvm", "--trials", "12", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert "tasks (" in capsys.readouterr().out
+    profiled = [t.workload for t in calls[0]]
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("the model was loaded again")
+
+    with monkeypatch.context() as mp:
+        mp.setattr("experiments.model.load.load", not_again)
+        assert main(argv) == 0
+    assert f"tasks from {tmp_path / 'tasks.json'}" in capsys.readouterr().out
+    assert [t.workload for t in calls[1]] == profiled and all(isinstance(t, Task) for t in calls[1])
+    assert main([*argv, "--seq", "64"]) == 0  # another option: profiled again
+    assert "tasks from" not in capsys.readouterr().out and len(calls) == 3
+
+
+def test_tune_command_a_bad_budget_is_a_message(tmp_path, capsys):
+    assert main(["tune", TINY, "--target", "llvm", "--trials", "3", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: a budget of 3 trials is smaller than the warm-up round: 6 tasks")
+    assert "Traceback" not in err and not (tmp_path / "manifest.json").exists()
+
+
+def test_tune_command_an_nnictl_failure_is_a_message(tmp_path, monkeypatch, capsys):
+    fake = types.ModuleType("experiments.model.tune")
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("nnictl create --config c.yml failed (1):\nport 8150 is in use")
+
+    fake.tune = fails
+    monkeypatch.setitem(sys.modules, "experiments.model.tune", fake)
+    assert main(["tune", TINY, "--target", "llvm", "--trials", "12", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: tuning stopped, an NNI experiment failed: nnictl create") and "port 8150" in err
+    assert "run the same command again to resume" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("argv", [
     ["tune", TINY],  # no budget
     ["tune", TINY, "--trials", "5", "--minutes", "2"],  # both

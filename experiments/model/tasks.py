@@ -66,14 +66,26 @@ class TaskList:
                 "tasks": [asdict(t) for t in self.tasks],
                 "untunable": [{**asdict(u), "reasons": list(u.reasons)} for u in self.untunable]}
 
-    def write(self, path: Path) -> None:
+    def write(self, path: Path, made_by: dict[str, Any] | None = None) -> None:
+        """Write the list as JSON; `made_by`: the command's options that made it (tune reuses a list of the
+        same options rather than profiling the model again)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.as_json(), indent=1) + "\n")
+        path.write_text(json.dumps({**self.as_json(), **({"made_by": made_by} if made_by else {})}, indent=1) + "\n")
 
 
 def read(path: Path) -> list[Task]:
     """The tunable tasks of a tasks.json."""
     return [Task(**t) for t in json.loads(Path(path).read_text())["tasks"]]
+
+
+def made_by(path: Path) -> dict[str, Any] | None:
+    """The options that made the tasks.json at `path` (TaskList.write), or None: none there, unreadable or
+    written without them."""
+    try:
+        found = json.loads(Path(path).read_text()).get("made_by")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def for_target(p: ops.Plan | ops.NotTunable, op: str, gpu: bool) -> ops.Plan | ops.NotTunable:
