@@ -10,6 +10,7 @@ import torch
 from experiments.model import apply, kernels
 from experiments.model.__main__ import main
 from experiments.model.apply import TOLERANCE, Tuned, difference
+from experiments.model.errors import ModelError
 from experiments.model.report import report
 from experiments.model.tasks import Task
 from model_fixtures import TINY, TINY_TASKS, tiny_model, tiny_records  # noqa: F401
@@ -59,6 +60,40 @@ def test_apply_keeps_the_faster_of_torch_and_the_kernel(tiny_records):
     assert _tuned_nodes(tuned) == {c.workload for c in tuned.opevo_choices if c.use == "tuned"}
     with torch.no_grad():
         assert difference(tuned(*model.inputs), model.module(*model.inputs)) <= TOLERANCE[torch.float32]
+
+
+def test_an_unverified_kernel_in_the_folder_is_built_again(tiny_records, tmp_path):
+    """A kernel.so without the VERIFIED mark (the service writes it before verifying; a crash leaves it) is
+    never loaded: the kernel is built again, verified, and put in its place."""
+    model, workload = tiny_model(), "mm/N2K32M10PNT"
+    params = kernels.best(workload, model.target, tiny_records).params
+    store = Records(tmp_path / "records.sqlite")  # the kernels' folder is beside this store
+    out = kernels.folder(workload, params, model.target, store)
+    out.mkdir(parents=True)
+    (out / "kernel.so").write_bytes(b"half a library")
+    library = kernels.build(workload, params, model.target, "llvm", store)
+    assert library == out / "kernel.so" and (out / kernels.VERIFIED).exists()
+    assert library.read_bytes() != b"half a library"
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no build folder left beside it
+    a, w = torch.randn(2, 32), torch.randn(10, 32)
+    got = torch.ops.opevo.kernel(a, w, kernels.load(workload, library))
+    torch.testing.assert_close(got, a @ w.t(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_that_fails_its_check_leaves_nothing_to_load(tiny_records, tmp_path, monkeypatch):
+    model, workload = tiny_model(), "mm/N2K32M10PNT"
+    params = kernels.best(workload, model.target, tiny_records).params
+
+    def writes_then_fails(wl, params, options, keep):
+        (keep / "kernel.so").write_bytes(b"built, not verified")
+        return MeasureResult(Status.WRONG_RESULT, "differs from the reference")
+
+    monkeypatch.setattr(kernels, "measure", writes_then_fails)
+    store = Records(tmp_path / "records.sqlite")
+    with pytest.raises(ModelError, match="wrong_result: differs from the reference"):
+        kernels.build(workload, params, model.target, "llvm", store)
+    out = kernels.folder(workload, params, model.target, store)
+    assert not out.exists() and not any(out.parent.iterdir())
 
 
 def test_records_of_another_device_are_not_used(tmp_path):
