@@ -40,6 +40,7 @@ class Choice:
     vendor_ms: float | None = None
     tuned_ms: float | None = None
     kernel: str | None = None  # the loaded kernel's id (kernels.load), where one was built
+    timed: str | None = None  # how both were timed (timing.pair_ms): "CUDA graph" or "call by call ..."
 
     @property
     def speedup(self) -> float | None:
@@ -101,18 +102,18 @@ def _decide(workload: str, calls: list[trace.NodeCall], target: Any, kind: str, 
         off = difference(got, want)
         if not off <= TOLERANCE[want.dtype]:  # NaN too
             return Choice(workload, len(calls), "vendor", f"tuned result differs from torch's by {off:.1e}")
-        vendor_ms = timing.op_ms(lambda: first.target(*first.args, **first.kwargs), target.is_gpu, min_run_time)
-        tuned_ms = timing.op_ms(lambda: tuned(*first.args, **first.kwargs), target.is_gpu, min_run_time)
+        vendor_ms, tuned_ms, timed = timing.pair_ms(lambda: first.target(*first.args, **first.kwargs),
+                                                    lambda: tuned(*first.args, **first.kwargs), target.is_gpu,
+                                                    min_run_time)
     if force:
-        return Choice(workload, len(calls), "tuned", "forced", vendor_ms, tuned_ms, kernel_id)
+        return Choice(workload, len(calls), "tuned", "forced", vendor_ms, tuned_ms, kernel_id, timed)
     use = "tuned" if tuned_ms < vendor_ms else "vendor"
     return Choice(workload, len(calls), use, "faster" if use == "tuned" else "the vendor's is faster",
-                  vendor_ms, tuned_ms, kernel_id)
+                  vendor_ms, tuned_ms, kernel_id, timed)
 
 
-def _replace(gm: torch.fx.GraphModule, name: str, choice: Choice) -> None:
-    node = next(n for n in gm.graph.nodes if n.name == name)
-    sub = f"opevo_{name}"
+def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, choice: Choice) -> None:
+    sub = f"opevo_{node.name}"
     gm.add_submodule(sub, Tuned(node.target, choice.workload, choice.kernel))
     with gm.graph.inserting_before(node):
         new = gm.graph.call_module(sub, node.args, node.kwargs)

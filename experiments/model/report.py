@@ -51,7 +51,7 @@ def _task_row(t: tasks.Task, c: Choice | None) -> str:
         return f"{t.workload:<40} {t.count:>5} {_ms(None)} {_ms(None)} {'-':>8} {t.share:>7.1%}  vendor"
     speedup = f"{c.speedup:7.2f}x" if c.speedup else f"{'-':>8}"
     return (f"{t.workload:<40} {t.count:>5} {_ms(c.vendor_ms)} {_ms(c.tuned_ms)} {speedup} {t.share:>7.1%}  "
-            f"{c.use} ({c.why})")
+            f"{c.use} ({c.why}{f'; both timed {c.timed}' if c.timed else ''})")
 
 
 def _latency_rows(model: Model, tuned: torch.nn.Module, compile: bool) -> list[str]:
