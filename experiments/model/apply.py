@@ -54,11 +54,14 @@ class Tuned(torch.nn.Module):
     def __init__(self, op: Any, workload: str, kernel_id: str) -> None:
         super().__init__()
         self.op, self.workload, self.kernel_id = op, workload, kernel_id
+        self._plan = ops.planner(op)  # the op's planner, looked up once
+        self._kernel = torch.ops.opevo.kernel
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        p = ops.plan(self.op, args, kwargs, check=False)
-        if isinstance(p, ops.Plan) and p.workload == self.workload:
-            return p.finish(torch.ops.opevo.kernel(*p.operands, self.kernel_id))
+        # the guard: this call's tensors make the kernel's workload (a key compared, nothing parsed)
+        p = self._plan(args, kwargs, check=False)
+        if type(p) is ops.Plan and p.workload == self.workload:
+            return p.finish(self._kernel(*p.operands, self.kernel_id))
         return self.op(*args, **kwargs)
 
 
@@ -144,13 +147,13 @@ def apply(module: torch.nn.Module, example_inputs: tuple[Any, ...], target: str 
         p = for_target(call.plan, ops.op_name(call.target), found.is_gpu)
         if isinstance(p, ops.Plan):
             by_workload[p.workload].append(call)
-    choices = []
+    choices, nodes = [], {n.name: n for n in gm.graph.nodes}
     for workload, calls in by_workload.items():
         choice = _decide(workload, calls, found, target, records, min_run_time, force)
         choices.append(choice)
         if choice.use == "tuned":
             for call in calls:
-                _replace(gm, call.name, choice)
+                _replace(gm, nodes[call.name], choice)
     gm.recompile()
     for call in recorder.calls.values():  # the arguments held for timing are no longer needed
         call.args, call.kwargs = (), {}
