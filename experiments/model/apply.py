@@ -127,21 +127,25 @@ def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, choice: Choice) -> N
 
 def apply(module: torch.nn.Module, example_inputs: tuple[Any, ...], target: str = "auto",
           records: Records | None = None, min_run_time: float = timing.MIN_RUN_S,
-          force: bool = False) -> torch.fx.GraphModule:
+          force: bool = False, traced: trace.Recorder | None = None) -> torch.fx.GraphModule:
     """`module` with each tuned operator replaced by its tuned kernel where that is faster than torch's.
 
     `example_inputs` are on the target's device (llvm: the CPU; cuda/rocm: torch's "cuda").  The result's
     `opevo_choices` lists per workload what runs and why (the report prints it).  `records`: the store
     (default $OPEVO_RECORDS); `force`: every kernel that has a record and matches torch's result runs, faster
-    or not (to check the kernels themselves).
+    or not (to check the kernels themselves); `traced`: a Recorder (tasks.profile's, keeping arguments) that
+    already ran this module's exported graph on these inputs: its graph is the one changed, not exported again.
     """
     found = resolve_target(target)
     device = "cuda" if found.is_gpu else "cpu"
     if any(isinstance(x, torch.Tensor) and x.device.type != device for x in torch.utils._pytree.tree_leaves(example_inputs)):
         raise ModelError(f"the example inputs must be on the target's device ({device} for {found.label})")
-    gm = trace.export(module, tuple(example_inputs))
-    recorder = trace.Recorder(gm)
-    trace.run(recorder, tuple(example_inputs), found.device_name)
+    if traced is None:
+        traced = trace.Recorder(trace.export(module, tuple(example_inputs)))
+        trace.run(traced, tuple(example_inputs), found.device_name)
+    elif not traced.keep_args:
+        raise ValueError("apply needs a Recorder that kept the arguments (keep_args=True) to time the kernels")
+    gm, recorder = traced.module, traced
     by_workload: dict[str, list[trace.NodeCall]] = defaultdict(list)
     for call in recorder.calls.values():
         p = for_target(call.plan, ops.op_name(call.target), found.is_gpu)

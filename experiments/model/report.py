@@ -80,8 +80,8 @@ def report(model: Model, records: Records | None = None, compile: bool = True) -
     """Profile, apply the tuned kernels and compare; the text has every section, whatever was skipped."""
     gpu, strict = model.target.is_gpu, model.dtype == "float32"
     with timing.tf32(not strict) if gpu else contextlib.nullcontext():
-        found = tasks.find(model)
-        tuned = apply(model.module, model.inputs, target=model.target.kind, records=records)
+        found, traced = tasks.profile(model)  # the export and run that apply then takes as they are
+        tuned = apply(model.module, model.inputs, target=model.target.kind, records=records, traced=traced)
         choices = {c.workload: c for c in tuned.opevo_choices}
         with torch.no_grad():
             want, got = model.module(*model.inputs), tuned(*model.inputs)

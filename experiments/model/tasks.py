@@ -118,8 +118,14 @@ def node_times(model: Model, recorder: trace.Recorder, runs: int = RUNS) -> dict
 
 def find(model: Model, runs: int = RUNS) -> TaskList:
     """Trace, profile and sort the model's operators into tasks and the rest."""
+    return profile(model, runs, keep_args=False)[0]
+
+
+def profile(model: Model, runs: int = RUNS, keep_args: bool = True) -> tuple[TaskList, trace.Recorder]:
+    """`find`'s task list, with the recorder that ran the exported graph: with `keep_args`, apply takes it as
+    it is (apply's `traced`), so a report exports and runs the model once for both."""
     gm = trace.export(model.module, model.inputs)
-    recorder = trace.Recorder(gm, keep_args=False)
+    recorder = trace.Recorder(gm, keep_args=keep_args)
     times = node_times(model, recorder, runs)
     total = sum(times.values()) or 1.0
     tasks: dict[str, list[float]] = defaultdict(list)
@@ -134,7 +140,7 @@ def find(model: Model, runs: int = RUNS) -> TaskList:
     others = sorted((Untunable(op, tuple(dict.fromkeys(r for r, _ in calls)), len(calls), sum(t for _, t in calls),
                                sum(t for _, t in calls) / total) for op, calls in rest.items()), key=lambda u: -u.time_ms)
     return TaskList(model.name, model.target.label, model.target.device_name, model.dtype, total,
-                    tuple(found), tuple(others))
+                    tuple(found), tuple(others)), recorder
 
 
 def table(found: TaskList) -> str:
