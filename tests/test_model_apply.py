@@ -8,7 +8,7 @@ import pytest
 
 import torch
 
-from experiments.model import apply, kernels, timing
+from experiments.model import apply, kernels, ops, timing
 from experiments.model.__main__ import main
 from experiments.model.apply import TOLERANCE, Tuned, difference
 from experiments.model.errors import ModelError
@@ -38,6 +38,26 @@ def test_forced_kernels_run_through_tvm_and_keep_the_output(tiny_records):
     for workload in TINY_TASKS:  # built once, next to the records, from the fastest record's knobs
         best = kernels.best(workload, model.target, tiny_records)
         assert kernels.folder(workload, best.params, model.target, tiny_records).joinpath("kernel.so").exists()
+
+
+def test_a_tuned_model_call_parses_no_workload(tiny_records, monkeypatch):
+    """The hot path: a call of the tuned model parses no workload name and looks no op up; it only compares
+    each call's workload key with its kernel's."""
+    model = tiny_model()
+    tuned = apply(model.module, model.inputs, target="llvm", records=tiny_records, min_run_time=0.01, force=True)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("called on the hot path")
+
+    for module, name in ((kernels, "parse_name"), (ops, "parse_name"), (ops, "op_name"), (ops, "plan")):
+        monkeypatch.setattr(module, name, forbidden)
+    before = kernels.CALLS.copy()
+    with torch.no_grad():
+        got = tuned(*model.inputs)
+    assert {w: kernels.CALLS[w] - before[w] for w in TINY_TASKS} == TINY_TASKS
+    monkeypatch.undo()
+    with torch.no_grad():
+        assert difference(got, model.module(*model.inputs)) <= TOLERANCE[torch.float32]
 
 
 def test_torch_compile_traces_around_the_kernels(tiny_records):
