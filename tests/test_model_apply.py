@@ -1,5 +1,6 @@
 """Kernels in: the tiny model with its recorded kernels (measured here on llvm) runs them through TVM, with
 its output unchanged; the report; the tune command's arguments."""
+import re
 import sys
 import types
 
@@ -7,9 +8,10 @@ import pytest
 
 import torch
 
-from experiments.model import apply, kernels
+from experiments.model import apply, kernels, ops, timing
 from experiments.model.__main__ import main
 from experiments.model.apply import TOLERANCE, Tuned, difference
+from experiments.model.errors import ModelError
 from experiments.model.report import report
 from experiments.model.tasks import Task
 from model_fixtures import TINY, TINY_TASKS, tiny_model, tiny_records  # noqa: F401
@@ -38,6 +40,26 @@ def test_forced_kernels_run_through_tvm_and_keep_the_output(tiny_records):
         assert kernels.folder(workload, best.params, model.target, tiny_records).joinpath("kernel.so").exists()
 
 
+def test_a_tuned_model_call_parses_no_workload(tiny_records, monkeypatch):
+    """The hot path: a call of the tuned model parses no workload name and looks no op up; it only compares
+    each call's workload key with its kernel's."""
+    model = tiny_model()
+    tuned = apply(model.module, model.inputs, target="llvm", records=tiny_records, min_run_time=0.01, force=True)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("called on the hot path")
+
+    for module, name in ((kernels, "parse_name"), (ops, "parse_name"), (ops, "op_name"), (ops, "plan")):
+        monkeypatch.setattr(module, name, forbidden)
+    before = kernels.CALLS.copy()
+    with torch.no_grad():
+        got = tuned(*model.inputs)
+    assert {w: kernels.CALLS[w] - before[w] for w in TINY_TASKS} == TINY_TASKS
+    monkeypatch.undo()
+    with torch.no_grad():
+        assert difference(got, model.module(*model.inputs)) <= TOLERANCE[torch.float32]
+
+
 def test_torch_compile_traces_around_the_kernels(tiny_records):
     model = tiny_model()
     tuned = apply(model.module, model.inputs, target="llvm", records=tiny_records, min_run_time=0.01, force=True)
@@ -50,15 +72,88 @@ def test_torch_compile_traces_around_the_kernels(tiny_records):
     assert all(kernels.CALLS[w] > before[w] for w in TINY_TASKS)
 
 
-def test_apply_keeps_the_faster_of_torch_and_the_kernel(tiny_records):
+def test_apply_keeps_the_faster_of_torch_and_the_kernel(tiny_records, monkeypatch):
+    """Timed as made up here (torch's op faster for every other workload), the tuned model runs the kernel
+    exactly where it was the faster, and each choice keeps the figures and how they were timed."""
+    verdicts = []
+
+    def made_up(vendor, tuned, gpu, min_run_time):
+        vendor(), tuned()  # both runnable on the node's own arguments
+        verdicts.append("vendor" if len(verdicts) % 2 else "tuned")
+        return (1.0, 2.0, "made up") if verdicts[-1] == "vendor" else (2.0, 0.5, "made up")
+
+    monkeypatch.setattr(timing, "pair_ms", made_up)
     model = tiny_model()
     tuned = apply(model.module, model.inputs, target="llvm", records=tiny_records, min_run_time=0.01)
+    assert [c.use for c in tuned.opevo_choices] == verdicts and len(verdicts) == len(TINY_TASKS)
     for c in tuned.opevo_choices:
-        assert c.vendor_ms > 0 and c.tuned_ms > 0
-        assert c.use == ("tuned" if c.tuned_ms < c.vendor_ms else "vendor")
-    assert _tuned_nodes(tuned) == {c.workload for c in tuned.opevo_choices if c.use == "tuned"}
+        assert (c.vendor_ms, c.tuned_ms, c.timed) == ((1.0, 2.0) if c.use == "vendor" else (2.0, 0.5)) + ("made up",)
+        assert c.why == ("faster" if c.use == "tuned" else "the vendor's is faster")
+    picked = {c.workload for c in tuned.opevo_choices if c.use == "tuned"}
+    assert _tuned_nodes(tuned) == picked and len(picked) == 3
+    before = kernels.CALLS.copy()
     with torch.no_grad():
         assert difference(tuned(*model.inputs), model.module(*model.inputs)) <= TOLERANCE[torch.float32]
+    assert {w for w in TINY_TASKS if kernels.CALLS[w] > before[w]} == picked
+
+
+def test_a_pair_that_cannot_be_captured_is_timed_call_by_call_both(monkeypatch):
+    """Where one of the two cannot be captured in a CUDA graph, neither is timed from one."""
+    calls = []
+
+    def graphed(fn):
+        if fn is tuned:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return lambda: calls.append("replay")
+
+    def vendor():
+        calls.append("vendor")
+
+    def tuned():
+        calls.append("tuned")
+
+    monkeypatch.setattr(timing, "_graphed", graphed)
+    vendor_ms, tuned_ms, how = timing.pair_ms(vendor, tuned, gpu=True, min_run_time=0.001)
+    assert how == "call by call (no CUDA graph: operation not permitted when stream is capturing)"
+    assert "replay" not in calls and {"vendor", "tuned"} <= set(calls) and vendor_ms > 0 and tuned_ms > 0
+    calls.clear()
+    monkeypatch.setattr(timing, "_graphed", lambda fn: lambda: calls.append("replay"))
+    assert timing.pair_ms(vendor, tuned, gpu=True, min_run_time=0.001)[2] == "CUDA graph"
+    assert set(calls) == {"replay"}
+
+
+def test_an_unverified_kernel_in_the_folder_is_built_again(tiny_records, tmp_path):
+    """A kernel.so without the VERIFIED mark (the service writes it before verifying; a crash leaves it) is
+    never loaded: the kernel is built again, verified, and put in its place."""
+    model, workload = tiny_model(), "mm/N2K32M10PNT"
+    params = kernels.best(workload, model.target, tiny_records).params
+    store = Records(tmp_path / "records.sqlite")  # the kernels' folder is beside this store
+    out = kernels.folder(workload, params, model.target, store)
+    out.mkdir(parents=True)
+    (out / "kernel.so").write_bytes(b"half a library")
+    library = kernels.build(workload, params, model.target, "llvm", store)
+    assert library == out / "kernel.so" and (out / kernels.VERIFIED).exists()
+    assert library.read_bytes() != b"half a library"
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no build folder left beside it
+    a, w = torch.randn(2, 32), torch.randn(10, 32)
+    got = torch.ops.opevo.kernel(a, w, kernels.load(workload, library))
+    torch.testing.assert_close(got, a @ w.t(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_that_fails_its_check_leaves_nothing_to_load(tiny_records, tmp_path, monkeypatch):
+    model, workload = tiny_model(), "mm/N2K32M10PNT"
+    params = kernels.best(workload, model.target, tiny_records).params
+
+    def writes_then_fails(wl, params, options, keep):
+        (keep / "kernel.so").write_bytes(b"built, not verified")
+        return MeasureResult(Status.WRONG_RESULT, "differs from the reference")
+
+    monkeypatch.setattr(kernels, "measure", writes_then_fails)
+    store = Records(tmp_path / "records.sqlite")
+    with pytest.raises(ModelError, match="wrong_result: differs from the reference"):
+        kernels.build(workload, params, model.target, "llvm", store)
+    out = kernels.folder(workload, params, model.target, store)
+    assert not out.exists() and not any(out.parent.iterdir())
 
 
 def test_records_of_another_device_are_not_used(tmp_path):
@@ -77,15 +172,30 @@ def test_records_of_another_device_are_not_used(tmp_path):
     assert not _tuned_nodes(tuned)
 
 
-def test_report_prints_every_section(tiny_records):
+ROW = re.compile(r"^(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x\s+([\d.]+)%\s+(tuned|vendor) \((.*)\)$")
+
+
+def test_report_rows_agree_with_their_figures(tiny_records):
     made = report(tiny_model(), records=tiny_records, compile=False)
-    assert made.output_ok
-    text = made.text
-    for workload in TINY_TASKS:
-        assert workload in text
-    for heading in ("vendor ms", "tuned ms", "speed-up", "share", "tolerance 1e-03 (float32): ok",
-                    "End-to-end latency", "eager", "tuned", "torch.compile rows skipped (--no-compile)"):
-        assert heading in text
+    lines = made.text.splitlines()
+    rows = {m[1]: m for m in map(ROW.match, lines) if m}
+    assert set(rows) == set(TINY_TASKS)
+    for workload, m in rows.items():
+        vendor, tuned, speedup = float(m[3]), float(m[4]), float(m[5])
+        assert int(m[2]) == TINY_TASKS[workload] and vendor > 0 and tuned > 0
+        assert speedup == pytest.approx(vendor / tuned, abs=0.01 + 1e-4 * speedup / min(vendor, tuned))
+        if abs(vendor - tuned) > 2e-4:  # beyond the printed rounding: the faster one runs
+            assert m[7] == ("tuned" if tuned < vendor else "vendor")
+        assert m[8] == ("faster" if m[7] == "tuned" else "the vendor's is faster") + "; both timed call by call"
+    used = sum(m[7] == "tuned" for m in rows.values())
+    assert f"Tasks: {len(TINY_TASKS)}, tuned kernel runs for {used}" in lines
+    check = next(re.fullmatch(r"max \|tuned - torch\| / max \|torch\| = (\S+), tolerance 1e-03 \(float32\): (\w+)", x)
+                 for x in lines if x.startswith("max |tuned"))
+    assert check[2] == "ok" and made.output_ok and float(check[1]) < 1e-3
+    latency = {m[1]: float(m[2]) for m in (re.match(r"^(eager|tuned)\s+([\d.]+)\s+[\d.]+x  call by call$", x)
+                                           for x in lines) if m}
+    assert set(latency) == {"eager", "tuned"} and all(ms > 0 for ms in latency.values())
+    assert lines[-1] == "torch.compile rows skipped (--no-compile)"
 
 
 def test_report_command(tmp_path, capsys):
@@ -110,6 +220,51 @@ def test_tune_command_passes_the_tasks_and_budget(tmp_path, monkeypatch):
     assert all(isinstance(t, Task) for t in tasks) and {t.workload for t in tasks} == set(TINY_TASKS)
     assert (out, trials, minutes, target, retune, port) == (tmp_path, 12, None, "llvm", True, 8131)
     assert (tmp_path / "tasks.json").exists()
+
+
+def test_tune_command_reads_the_tasks_json_of_the_same_options(tmp_path, monkeypatch, capsys):
+    """A second tune of the same model and options takes its tasks (in their order) from tasks.json; other
+    options profile the model again."""
+    calls = []
+    fake = types.ModuleType("experiments.model.tune")
+    fake.tune = lambda tasks, *args, **kwargs: calls.append(tasks) or {}
+    monkeypatch.setitem(sys.modules, "experiments.model.tune", fake)
+    argv = ["tune", TINY, "--target", "llvm", "--trials", "12", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert "tasks (" in capsys.readouterr().out
+    profiled = [t.workload for t in calls[0]]
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("the model was loaded again")
+
+    with monkeypatch.context() as mp:
+        mp.setattr("experiments.model.load.load", not_again)
+        assert main(argv) == 0
+    assert f"tasks from {tmp_path / 'tasks.json'}" in capsys.readouterr().out
+    assert [t.workload for t in calls[1]] == profiled and all(isinstance(t, Task) for t in calls[1])
+    assert main([*argv, "--seq", "64"]) == 0  # another option: profiled again
+    assert "tasks from" not in capsys.readouterr().out and len(calls) == 3
+
+
+def test_tune_command_a_bad_budget_is_a_message(tmp_path, capsys):
+    assert main(["tune", TINY, "--target", "llvm", "--trials", "3", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: a budget of 3 trials is smaller than the warm-up round: 6 tasks")
+    assert "Traceback" not in err and not (tmp_path / "manifest.json").exists()
+
+
+def test_tune_command_an_nnictl_failure_is_a_message(tmp_path, monkeypatch, capsys):
+    fake = types.ModuleType("experiments.model.tune")
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("nnictl create --config c.yml failed (1):\nport 8150 is in use")
+
+    fake.tune = fails
+    monkeypatch.setitem(sys.modules, "experiments.model.tune", fake)
+    assert main(["tune", TINY, "--target", "llvm", "--trials", "12", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: tuning stopped, an NNI experiment failed: nnictl create") and "port 8150" in err
+    assert "run the same command again to resume" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv", [

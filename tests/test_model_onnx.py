@@ -1,4 +1,7 @@
 """Tasks of an ONNX model: MatMul, Gemm and Conv nodes read from the inferred shapes, the rest listed."""
+import tempfile
+import types
+
 import numpy as np
 import onnx
 import pytest
@@ -64,3 +67,33 @@ def test_an_unsupported_onnx_op_is_an_error_naming_it(tmp_path):
     odd = helper.make_node("FancyOp", ["y"], ["z"], name="fancy", domain="com.example")
     with pytest.raises(ModelError, match="unsupported ONNX op com.example::FancyOp"):
         find(load(str(_graph(tmp_path / "odd.onnx", odd)), target="llvm"))
+
+
+def test_the_profile_leaves_no_file_behind(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where TemporaryDirectory and mkdtemp make theirs
+    found = find(load(str(_graph(tmp_path / "small.onnx")), target="llvm"))
+    assert found.timed_by == "onnxruntime's profiler"
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider'")
+@pytest.mark.parametrize("cuda_listed", [False, True])
+def test_a_gpu_target_without_onnxruntimes_cuda_provider_is_refused(tmp_path, monkeypatch, cuda_listed):
+    """A CPU-only onnxruntime would time the graph on the CPU: for a GPU target that is an error, not times;
+    so is a CUDA provider that is listed but does not start (the session falls back to the CPU)."""
+    import onnxruntime
+
+    available = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda_listed else ["CPUExecutionProvider"]
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: available)
+    monkeypatch.setattr(onnxruntime.InferenceSession, "get_providers", lambda self: ["CPUExecutionProvider"])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    model = load(str(_graph(tmp_path / "small.onnx")), target="llvm")
+    model.target = types.SimpleNamespace(is_gpu=True, label="cuda sm_90", device_name="NVIDIA H100 80GB HBM3")
+    with pytest.raises(ModelError, match=r"the target is a GPU but onnxruntime \S+ here runs on "
+                                         r".*CPUExecutionProvider only: install onnxruntime-gpu"):
+        find(model)
+    assert list(scratch.iterdir()) == []

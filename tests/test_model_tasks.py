@@ -134,8 +134,81 @@ def test_a_model_too_large_for_the_device_is_an_error(tmp_path, capsys):
 
 def test_a_missing_library_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "timm", None)  # as if not installed
-    with pytest.raises(ModelError, match="package 'timm'"):
+    with pytest.raises(ModelError, match="^this needs the Python package 'timm'"):
         load("timm:resnet18", target="llvm")
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, default_cfg=None):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        if default_cfg is not None:
+            self.default_cfg = default_cfg
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def _library(monkeypatch, name, attribute, make):
+    import types
+
+    fake = types.ModuleType(name)
+    setattr(fake, attribute, make)
+    monkeypatch.setitem(sys.modules, name, fake)
+    if "." in name:
+        monkeypatch.setitem(sys.modules, name.partition(".")[0], types.ModuleType(name.partition(".")[0]))
+
+
+def test_image_models_of_torchvision_and_timm(monkeypatch):
+    """Each library's model made with random weights, its images of the library's size; a bad name or a
+    missing library said plainly."""
+    def get_model(name, weights):
+        if name != "net" or weights is not None:
+            raise ValueError(f"Unknown model {name}")
+        return _Net()
+
+    def create_model(name, pretrained):
+        if name != "net" or pretrained:
+            raise RuntimeError(f"Unknown model ({name})")
+        return _Net({"input_size": (3, 32, 32)})
+
+    _library(monkeypatch, "torchvision.models", "get_model", get_model)
+    _library(monkeypatch, "timm", "create_model", create_model)
+    vision, timm = load("torchvision:net", batch=2, target="llvm"), load("timm:net", target="llvm")
+    assert vision.inputs[0].shape == (2, 3, 224, 224) and timm.inputs[0].shape == (1, 3, 32, 32)
+    assert isinstance(vision.module, _Net) and not vision.module.training
+    with pytest.raises(ModelError, match=r"timm has no model 'other': Unknown model \(other\)"):
+        load("timm:other", target="llvm")
+    with pytest.raises(ModelError, match="torchvision has no model 'other': Unknown model other"):
+        load("torchvision:other", target="llvm")
+    monkeypatch.setitem(sys.modules, "torchvision.models", None)
+    with pytest.raises(ModelError, match=r"package 'torchvision', which is not installed: pip install torchvision "):
+        load("torchvision:net", target="llvm")
+
+
+class _Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 8)
+
+    def forward(self, ids, return_dict=True):
+        assert return_dict is False
+        return (self.embed(ids), "pooled")
+
+
+def test_a_transformers_model_returns_its_first_output(monkeypatch):
+    import types
+
+    config = types.SimpleNamespace(vocab_size=50)
+    auto_config = types.SimpleNamespace(for_model=lambda name: config)
+    auto_model = types.SimpleNamespace(from_config=lambda c: _Encoder())
+    _library(monkeypatch, "transformers", "AutoConfig", auto_config)
+    sys.modules["transformers"].AutoModel = auto_model
+    model = load("transformers:bert", batch=3, seq=5, target="llvm")
+    assert isinstance(model.module, torch.nn.Module) and model.inputs[0].shape == (3, 5)
+    with torch.no_grad():
+        out = model.module(*model.inputs)
+    assert isinstance(out, torch.Tensor) and out.shape == (3, 5, 8)
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -228,6 +228,28 @@ def test_a_manifest_of_other_tasks_is_not_resumed(tmp_path):
         Manifest.load(tmp_path)
 
 
+def test_a_resume_takes_the_tasks_in_another_order(tmp_path, monkeypatch):
+    """Profiled again, two tasks of close times may swap places: still the same tuning, resumed by tune."""
+    experiments = {}
+
+    class Rounds(FakeNni):  # tune's NniRounds(out, port), with the fake's experiments kept across runs
+        def __init__(self, out, port, kill_after=None):
+            super().__init__(CURVES, experiments, kill_after=kill_after)
+
+        def prepare(self, wl, trials):
+            pass
+
+    monkeypatch.setattr(model_tune, "this_device", lambda target: DEVICE)
+    monkeypatch.setattr(model_tune, "NniRounds", lambda out, port: Rounds(out, port, kill_after=1))
+    with pytest.raises(KeyboardInterrupt):
+        model_tune.tune(TASKS, tmp_path, 8, None, target="llvm")
+    assert Manifest.load(tmp_path).in_flight is not None
+    monkeypatch.setattr(model_tune, "NniRounds", Rounds)
+    done = model_tune.tune(list(reversed(TASKS)), tmp_path, 8, None, target="llvm")
+    assert done["trials"] == 8 == sum(t for _, t in experiments.values())
+    assert [r["workload"] for r in done["tasks"]] == [t.workload for t in TASKS]  # the manifest's order
+
+
 # -- end to end through nnictl ---------------------------------------------------------------------------
 
 def test_tune_two_tasks_through_nnictl_then_a_second_tune_measures_nothing(tmp_path):

@@ -5,14 +5,18 @@
     report  apply the tuned kernels and print per task and end-to-end timings and the output check
 
 MODEL: path/to/file.py:function, torchvision:NAME, timm:NAME, transformers:TYPE or a .onnx file
-(experiments/model/load.py).  A bad model, option or device is a message and exit status 2.
+(experiments/model/load.py).  A bad model, option, budget or device is a message and exit status 2; an
+NNI experiment that fails while tuning is a message and exit status 1 (the manifest keeps what was done).
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import re
 import sys
 from pathlib import Path
+
+import torch
 
 from trial.inputs import number_type
 from trial.records.store import RecordsError
@@ -53,6 +57,12 @@ def _out(args: argparse.Namespace) -> Path:
     return Path("models") / f"{name.strip('_')}_b{args.batch or 'default'}_{args.dtype}"
 
 
+def _made_by(args: argparse.Namespace, device: str) -> dict[str, object]:
+    """The options a task list depends on, as tasks.json keeps them."""
+    return {"model": args.model, "dtype": args.dtype, "batch": args.batch, "seq": args.seq, "target": args.target,
+            "device": device}
+
+
 def _tasks(args: argparse.Namespace) -> tuple[object, Path]:
     from .load import load
 
@@ -63,8 +73,26 @@ def _tasks(args: argparse.Namespace) -> tuple[object, Path]:
         from .tasks import find
     found = find(model)
     path = _out(args) / "tasks.json"
-    found.write(path)
+    found.write(path, made_by=_made_by(args, model.target.device_name))
     return found, path
+
+
+def _listed(args: argparse.Namespace) -> tuple[list[object], Path]:
+    """tune's tasks: those of OUT/tasks.json where the same options made it, else the model profiled now,
+    its memory (on the GPU too) given back before the hours of tuning, whose trials need that GPU."""
+    from .load import resolve_target
+    from .tasks import made_by, read
+
+    path = _out(args) / "tasks.json"
+    if made_by(path) == _made_by(args, resolve_target(args.target).device_name):
+        print(f"tasks from {path} (profiled before with these options; delete it to profile again)")
+        return read(path), path
+    found, path = _tasks(args)
+    print(f"{len(found.tasks)} tasks ({found.tunable_share:.1%} of the model's time) in {path}")
+    gc.collect()  # the model and its tensors, unreferenced once _tasks returned
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    return list(found.tasks), path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,10 +108,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "tune":
             from .tune import tune
 
-            found, path = _tasks(args)
-            print(f"{len(found.tasks)} tasks ({found.tunable_share:.1%} of the model's time) in {path}")
-            tune(list(found.tasks), path.parent, args.trials, args.minutes, target=args.target,
-                 retune=args.retune, port=args.port)
+            listed, path = _listed(args)
+            try:
+                tune(listed, path.parent, args.trials, args.minutes, target=args.target, retune=args.retune,
+                     port=args.port)
+            except RuntimeError as err:  # nnictl or the NNI manager failed (manager.nnictl, TunerFailed)
+                if isinstance(err, ModelError):
+                    raise
+                print(f"error: tuning stopped, an NNI experiment failed: {err}\n{path.parent / 'manifest.json'} "
+                      "keeps what was done: run the same command again to resume", file=sys.stderr)
+                return 1
             return 0
         from .load import load
         from .report import report
@@ -94,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         made = report(model, compile=not args.no_compile)
         print(made.text)
         return 0 if made.output_ok else 1
-    except (ModelError, RecordsError) as err:
+    except (ModelError, RecordsError, ValueError) as err:  # ValueError: tune's checks, ManifestError
         print(f"error: {err}", file=sys.stderr)
         return 2
 

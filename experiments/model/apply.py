@@ -40,6 +40,7 @@ class Choice:
     vendor_ms: float | None = None
     tuned_ms: float | None = None
     kernel: str | None = None  # the loaded kernel's id (kernels.load), where one was built
+    timed: str | None = None  # how both were timed (timing.pair_ms): "CUDA graph" or "call by call ..."
 
     @property
     def speedup(self) -> float | None:
@@ -53,11 +54,14 @@ class Tuned(torch.nn.Module):
     def __init__(self, op: Any, workload: str, kernel_id: str) -> None:
         super().__init__()
         self.op, self.workload, self.kernel_id = op, workload, kernel_id
+        self._plan = ops.planner(op)  # the op's planner, looked up once
+        self._kernel = torch.ops.opevo.kernel
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        p = ops.plan(self.op, args, kwargs, check=False)
-        if isinstance(p, ops.Plan) and p.workload == self.workload:
-            return p.finish(torch.ops.opevo.kernel(*p.operands, self.kernel_id))
+        # the guard: this call's tensors make the kernel's workload (a key compared, nothing parsed)
+        p = self._plan(args, kwargs, check=False)
+        if type(p) is ops.Plan and p.workload == self.workload:
+            return p.finish(self._kernel(*p.operands, self.kernel_id))
         return self.op(*args, **kwargs)
 
 
@@ -101,18 +105,18 @@ def _decide(workload: str, calls: list[trace.NodeCall], target: Any, kind: str, 
         off = difference(got, want)
         if not off <= TOLERANCE[want.dtype]:  # NaN too
             return Choice(workload, len(calls), "vendor", f"tuned result differs from torch's by {off:.1e}")
-        vendor_ms = timing.op_ms(lambda: first.target(*first.args, **first.kwargs), target.is_gpu, min_run_time)
-        tuned_ms = timing.op_ms(lambda: tuned(*first.args, **first.kwargs), target.is_gpu, min_run_time)
+        vendor_ms, tuned_ms, timed = timing.pair_ms(lambda: first.target(*first.args, **first.kwargs),
+                                                    lambda: tuned(*first.args, **first.kwargs), target.is_gpu,
+                                                    min_run_time)
     if force:
-        return Choice(workload, len(calls), "tuned", "forced", vendor_ms, tuned_ms, kernel_id)
+        return Choice(workload, len(calls), "tuned", "forced", vendor_ms, tuned_ms, kernel_id, timed)
     use = "tuned" if tuned_ms < vendor_ms else "vendor"
     return Choice(workload, len(calls), use, "faster" if use == "tuned" else "the vendor's is faster",
-                  vendor_ms, tuned_ms, kernel_id)
+                  vendor_ms, tuned_ms, kernel_id, timed)
 
 
-def _replace(gm: torch.fx.GraphModule, name: str, choice: Choice) -> None:
-    node = next(n for n in gm.graph.nodes if n.name == name)
-    sub = f"opevo_{name}"
+def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, choice: Choice) -> None:
+    sub = f"opevo_{node.name}"
     gm.add_submodule(sub, Tuned(node.target, choice.workload, choice.kernel))
     with gm.graph.inserting_before(node):
         new = gm.graph.call_module(sub, node.args, node.kwargs)
@@ -123,33 +127,37 @@ def _replace(gm: torch.fx.GraphModule, name: str, choice: Choice) -> None:
 
 def apply(module: torch.nn.Module, example_inputs: tuple[Any, ...], target: str = "auto",
           records: Records | None = None, min_run_time: float = timing.MIN_RUN_S,
-          force: bool = False) -> torch.fx.GraphModule:
+          force: bool = False, traced: trace.Recorder | None = None) -> torch.fx.GraphModule:
     """`module` with each tuned operator replaced by its tuned kernel where that is faster than torch's.
 
     `example_inputs` are on the target's device (llvm: the CPU; cuda/rocm: torch's "cuda").  The result's
     `opevo_choices` lists per workload what runs and why (the report prints it).  `records`: the store
     (default $OPEVO_RECORDS); `force`: every kernel that has a record and matches torch's result runs, faster
-    or not (to check the kernels themselves).
+    or not (to check the kernels themselves); `traced`: a Recorder (tasks.profile's, keeping arguments) that
+    already ran this module's exported graph on these inputs: its graph is the one changed, not exported again.
     """
     found = resolve_target(target)
     device = "cuda" if found.is_gpu else "cpu"
     if any(isinstance(x, torch.Tensor) and x.device.type != device for x in torch.utils._pytree.tree_leaves(example_inputs)):
         raise ModelError(f"the example inputs must be on the target's device ({device} for {found.label})")
-    gm = trace.export(module, tuple(example_inputs))
-    recorder = trace.Recorder(gm)
-    trace.run(recorder, tuple(example_inputs), found.device_name)
+    if traced is None:
+        traced = trace.Recorder(trace.export(module, tuple(example_inputs)))
+        trace.run(traced, tuple(example_inputs), found.device_name)
+    elif not traced.keep_args:
+        raise ValueError("apply needs a Recorder that kept the arguments (keep_args=True) to time the kernels")
+    gm, recorder = traced.module, traced
     by_workload: dict[str, list[trace.NodeCall]] = defaultdict(list)
     for call in recorder.calls.values():
         p = for_target(call.plan, ops.op_name(call.target), found.is_gpu)
         if isinstance(p, ops.Plan):
             by_workload[p.workload].append(call)
-    choices = []
+    choices, nodes = [], {n.name: n for n in gm.graph.nodes}
     for workload, calls in by_workload.items():
         choice = _decide(workload, calls, found, target, records, min_run_time, force)
         choices.append(choice)
         if choice.use == "tuned":
             for call in calls:
-                _replace(gm, call.name, choice)
+                _replace(gm, nodes[call.name], choice)
     gm.recompile()
     for call in recorder.calls.values():  # the arguments held for timing are no longer needed
         call.args, call.kwargs = (), {}

@@ -16,9 +16,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from trial.measure import device as trial_device
 from trial.target import KINDS, Target, TargetError
@@ -44,18 +47,8 @@ class Model:
     batch: int | None = None  # an ONNX graph's symbolic batch dimension (default 1)
 
     @property
-    def device(self) -> Any:
-        import torch
-
+    def device(self) -> torch.device:
         return torch.device("cuda" if self.target.is_gpu else "cpu")
-
-
-def torch_module() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise missing("torch") from None
-    return torch
 
 
 def resolve_target(kind: str) -> Target:
@@ -66,9 +59,9 @@ def resolve_target(kind: str) -> Target:
         target = trial_device(kind)
     except (TargetError, ServiceError) as err:
         raise ModelError(f"target {kind}: {err}") from None
-    if target.is_gpu and not torch_module().cuda.is_available():
+    if target.is_gpu and not torch.cuda.is_available():
         raise ModelError(f"the target is a {target.kind} GPU ({target.device_name}) but this torch build sees no "
-                         f"GPU (torch {torch_module().__version__}): install a {target.kind} build of torch")
+                         f"GPU (torch {torch.__version__}): install a {target.kind} build of torch")
     return target
 
 
@@ -100,25 +93,25 @@ def _import(package: str) -> Any:
     try:
         return importlib.import_module(package)
     except ImportError:
-        raise missing(package) from None
+        raise missing(package.partition(".")[0]) from None
+
+
+_IMAGE_MODELS: dict[str, tuple[str, Callable[[Any, str], Any], type[Exception]]] = {
+    # library: (module to import, how it makes the model NAME with random weights, its error for a bad NAME)
+    "torchvision": ("torchvision.models", lambda lib, name: lib.get_model(name, weights=None), ValueError),
+    "timm": ("timm", lambda lib, name: lib.create_model(name, pretrained=False), RuntimeError),
+}
 
 
 def _from_library(library: str, name: str, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
-    torch = torch_module()
-    if library == "torchvision":
-        models = _import("torchvision.models")
+    if library in _IMAGE_MODELS:
+        package, make, bad_name = _IMAGE_MODELS[library]
+        imported = _import(package)
         try:
-            module = models.get_model(name, weights=None)
-        except ValueError as err:
-            raise ModelError(f"torchvision has no model {name!r}: {err}") from None
-        return module, (torch.randn(batch, 3, 224, 224),)
-    if library == "timm":
-        timm = _import("timm")
-        try:
-            module = timm.create_model(name, pretrained=False)
-        except RuntimeError as err:
-            raise ModelError(f"timm: {err}") from None
-        size = module.default_cfg.get("input_size", (3, 224, 224))
+            module = make(imported, name)
+        except bad_name as err:
+            raise ModelError(f"{library} has no model {name!r}: {err}") from None
+        size = getattr(module, "default_cfg", {}).get("input_size", (3, 224, 224))  # timm's; torchvision: 224
         return module, (torch.randn(batch, *size),)
     transformers = _import("transformers")
     try:
@@ -129,21 +122,15 @@ def _from_library(library: str, name: str, batch: int, seq: int) -> tuple[Any, t
     return module, (torch.randint(0, config.vocab_size, (batch, seq)),)
 
 
-class _FirstOutput:
+class _FirstOutput(torch.nn.Module):
     """A transformers model whose forward returns its first output (the last hidden state) as a tensor."""
 
-    def __new__(cls, model: Any) -> Any:
-        torch = torch_module()
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
 
-        class FirstOutput(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, *args: Any) -> Any:
-                return self.model(*args, return_dict=False)[0]
-
-        return FirstOutput()
+    def forward(self, *args: Any) -> Any:
+        return self.model(*args, return_dict=False)[0]
 
 
 def load(spec: str, batch: int | None = None, dtype: str = "float32", target: str = "auto",
@@ -159,7 +146,6 @@ def load(spec: str, batch: int | None = None, dtype: str = "float32", target: st
             raise ModelError(f"ONNX file {spec!r} not found")
         return Model(spec, None, (), dtype, found, onnx=Path(spec), batch=batch)
     library, colon, name = spec.partition(":")
-    torch = torch_module()
     if library in LIBRARIES and colon:
         module, inputs = _from_library(library, name, batch or 1, seq)
     elif ":" in spec and spec.rpartition(":")[0].endswith(".py"):
@@ -174,7 +160,7 @@ def load(spec: str, batch: int | None = None, dtype: str = "float32", target: st
     try:
         module = module.eval().to(device=dev, dtype=cast)
         inputs = tuple(x.to(dev, cast) if x.is_floating_point() else x.to(dev) for x in inputs)
-    except (torch.OutOfMemoryError, RuntimeError) as err:
+    except RuntimeError as err:  # torch.OutOfMemoryError (torch >= 2.5) is one
         if out_of_memory(err):
             raise too_large(spec, found.device_name, err) from None
         raise

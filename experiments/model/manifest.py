@@ -89,9 +89,10 @@ class Manifest:
             raise ManifestError(f"{path} cannot be read ({err}); move it away to start afresh") from None
 
     def check_same(self, workloads: list[str], device: str, out: Path) -> None:
-        """Raise unless this manifest is of these tasks on this device (a resume, not another model)."""
+        """Raise unless this manifest is of these tasks on this device (a resume, not another model).  The
+        order is not compared: a model profiled again may list two tasks of close times the other way round."""
         mine = [e.workload for e in self.entries]
-        if mine != workloads:
+        if sorted(mine) != sorted(workloads):
             raise ManifestError(f"{out / NAME} is the tuning of other tasks ({', '.join(mine[:4])}"
                                 f"{', ...' if len(mine) > 4 else ''}); give another folder to tune these")
         if self.device != device:

@@ -5,7 +5,8 @@ tensor's type and shape; a symbolic batch dimension of a graph input becomes --b
 A MatMul or Gemm operand made by a Transpose of its last two dimensions is the Transpose's input read
 as a `T` operand (the suite's P<layout>), as are Gemm's transA/transB.  The time of each node is
 onnxruntime's own profile of the graph on the target's device (CUDA execution provider on a GPU)
-when onnxruntime is installed (with its graph optimizations off, so that each profiled node is a
+when onnxruntime is installed (a GPU target with an onnxruntime that has no CUDA provider is an error,
+not CPU times; graph optimizations off, so that each profiled node is a
 node of the graph: fused, a deployment runs faster than this profile says); without it the tunable nodes are weighed by their arithmetic and the
 rest are listed without time, and the table says so.  Nodes of a domain other than ONNX's own are
 refused: neither shape inference nor the suite knows what they compute.
@@ -141,29 +142,44 @@ def _valid(key: str) -> bool:
         return False
 
 
+def _cpu_only(ort: Any, providers: list[str]) -> ModelError:
+    return ModelError(f"the target is a GPU but onnxruntime {ort.__version__} here runs on {', '.join(providers)} "
+                      "only: install onnxruntime-gpu (with the CUDA libraries it needs) to time the graph on the GPU, "
+                      "or give --target llvm")
+
+
 def _profile(model: Any, gpu: bool) -> dict[str, float] | None:
-    """Milliseconds per run of each node, from onnxruntime's profiler; None without onnxruntime."""
+    """Milliseconds per run of each node, from onnxruntime's profiler; None without onnxruntime.  A GPU
+    target needs onnxruntime's CUDA execution provider: without it (a CPU-only onnxruntime) the times would
+    be the CPU's, so that is a ModelError."""
     try:
         import numpy as np
         import onnxruntime as ort
     except ImportError:
         return None
+    if gpu and "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise _cpu_only(ort, ort.get_available_providers())
     options = ort.SessionOptions()
     options.enable_profiling = True
     # no fusion or layout rewrites: each profiled node is then one node of the graph as read here
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
-    providers = ["CUDAExecutionProvider"] if gpu else []
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=[*providers, "CPUExecutionProvider"])
-    feeds, rng = {}, np.random.default_rng(0)
-    for i in session.get_inputs():
-        shape = [d if isinstance(d, int) else 1 for d in i.shape]
-        kind = _ORT_TYPES.get(i.type, i.type.removeprefix("tensor(").rstrip(")"))
-        feeds[i.name] = rng.standard_normal(shape).astype(kind) if kind.startswith("float") else np.zeros(shape, kind)
-    session.run(None, feeds)
-    for _ in range(RUNS):
+    with tempfile.TemporaryDirectory(prefix="opevo-ort-") as folder:
+        options.profile_file_prefix = str(Path(folder) / "ort")
+        providers = ["CUDAExecutionProvider"] if gpu else []
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=[*providers, "CPUExecutionProvider"])
+        if gpu and "CUDAExecutionProvider" not in session.get_providers():  # it failed to start: CPU fallback
+            session.end_profiling()
+            raise _cpu_only(ort, session.get_providers())
+        feeds, rng = {}, np.random.default_rng(0)
+        for i in session.get_inputs():
+            shape = [d if isinstance(d, int) else 1 for d in i.shape]
+            kind = _ORT_TYPES.get(i.type, i.type.removeprefix("tensor(").rstrip(")"))
+            feeds[i.name] = rng.standard_normal(shape).astype(kind) if kind.startswith("float") else np.zeros(shape, kind)
         session.run(None, feeds)
-    events = json.loads(Path(session.end_profiling()).read_text())
+        for _ in range(RUNS):
+            session.run(None, feeds)
+        events = json.loads(Path(session.end_profiling()).read_text())
     times: dict[str, float] = defaultdict(float)
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):

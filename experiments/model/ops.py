@@ -158,13 +158,23 @@ _PLANNERS: dict[str, Callable[..., Plan | NotTunable]] = {
 TUNABLE_OPS = tuple(_PLANNERS)
 
 
+def planner(target: Any) -> Callable[..., Plan | NotTunable]:
+    """The planner of `target` (an ATen overload): plan(target, ...) with the op looked up once, for a
+    tuned model's node that plans each of its calls."""
+    op = op_name(target)
+    found = _PLANNERS.get(op)
+
+    def planned(args: Sequence[Any], kwargs: dict[str, Any], check: bool = True) -> Plan | NotTunable:
+        if found is None:
+            return NotTunable(op, "no suite operator")
+        try:
+            return found(op, *args, **kwargs, check=check)
+        except TypeError:  # an overload with other arguments than the ones above
+            return NotTunable(op, "an overload the suite does not read")
+
+    return planned
+
+
 def plan(target: Any, args: Sequence[Any], kwargs: dict[str, Any], check: bool = True) -> Plan | NotTunable:
     """The plan of one call of `target` (an ATen overload) on `args`, or why the suite cannot run it."""
-    op = op_name(target)
-    planner = _PLANNERS.get(op)
-    if planner is None:
-        return NotTunable(op, "no suite operator")
-    try:
-        return planner(op, *args, **kwargs, check=check)
-    except TypeError:  # an overload with other arguments than the ones above
-        return NotTunable(op, "an overload the suite does not read")
+    return planner(target)(args, kwargs, check)

@@ -51,7 +51,7 @@ def _task_row(t: tasks.Task, c: Choice | None) -> str:
         return f"{t.workload:<40} {t.count:>5} {_ms(None)} {_ms(None)} {'-':>8} {t.share:>7.1%}  vendor"
     speedup = f"{c.speedup:7.2f}x" if c.speedup else f"{'-':>8}"
     return (f"{t.workload:<40} {t.count:>5} {_ms(c.vendor_ms)} {_ms(c.tuned_ms)} {speedup} {t.share:>7.1%}  "
-            f"{c.use} ({c.why})")
+            f"{c.use} ({c.why}{f'; both timed {c.timed}' if c.timed else ''})")
 
 
 def _latency_rows(model: Model, tuned: torch.nn.Module, compile: bool) -> list[str]:
@@ -80,8 +80,8 @@ def report(model: Model, records: Records | None = None, compile: bool = True) -
     """Profile, apply the tuned kernels and compare; the text has every section, whatever was skipped."""
     gpu, strict = model.target.is_gpu, model.dtype == "float32"
     with timing.tf32(not strict) if gpu else contextlib.nullcontext():
-        found = tasks.find(model)
-        tuned = apply(model.module, model.inputs, target=model.target.kind, records=records)
+        found, traced = tasks.profile(model)  # the export and run that apply then takes as they are
+        tuned = apply(model.module, model.inputs, target=model.target.kind, records=records, traced=traced)
         choices = {c.workload: c for c in tuned.opevo_choices}
         with torch.no_grad():
             want, got = model.module(*model.inputs), tuned(*model.inputs)

@@ -75,14 +75,14 @@ class NniRounds:
     def __call__(self, wl: Workload, experiment: str | None, upto: int, timeout_s: float,
                  started: Started) -> RoundResult:
         """Run `wl`'s experiment until it holds `upto` trials (or `timeout_s` passes), then stop it."""
-        if experiment is None:
-            config = self._edit(wl, upto) if self.config(wl).exists() else self.prepare(wl, upto)
-            experiment = manager.create(config, self.port)
-            started(experiment)
-        else:
-            manager.nnictl("stop", experiment, check=False)  # still running if a killed run left it so
-            manager.resume(experiment, self.port)
-        try:
+        try:  # whatever fails once the experiment has an id, it is stopped
+            if experiment is None:
+                config = self._edit(wl, upto) if self.config(wl).exists() else self.prepare(wl, upto)
+                experiment = manager.create(config, self.port)
+                started(experiment)
+            else:
+                manager.nnictl("stop", experiment, check=False)  # still running if a killed run left it so
+                manager.resume(experiment, self.port)
             held = len(manager.trials(self.port))
             if held < upto:
                 manager.nnictl("update", "trialnum", experiment, "--value", str(upto))
@@ -90,7 +90,8 @@ class NniRounds:
                     manager.wait(self.port, timeout_s, poll_s=2)
             records = manager.trials(self.port)
         finally:
-            manager.nnictl("stop", experiment, check=False)
+            if experiment is not None:
+                manager.nnictl("stop", experiment, check=False)
         top = manager.best(records)
         return RoundResult(experiment, len(records), top.metric["gflops"] if top else None,
                            top.metric["latency_ms"] if top else None)

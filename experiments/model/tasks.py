@@ -66,14 +66,26 @@ class TaskList:
                 "tasks": [asdict(t) for t in self.tasks],
                 "untunable": [{**asdict(u), "reasons": list(u.reasons)} for u in self.untunable]}
 
-    def write(self, path: Path) -> None:
+    def write(self, path: Path, made_by: dict[str, Any] | None = None) -> None:
+        """Write the list as JSON; `made_by`: the command's options that made it (tune reuses a list of the
+        same options rather than profiling the model again)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.as_json(), indent=1) + "\n")
+        path.write_text(json.dumps({**self.as_json(), **({"made_by": made_by} if made_by else {})}, indent=1) + "\n")
 
 
 def read(path: Path) -> list[Task]:
     """The tunable tasks of a tasks.json."""
     return [Task(**t) for t in json.loads(Path(path).read_text())["tasks"]]
+
+
+def made_by(path: Path) -> dict[str, Any] | None:
+    """The options that made the tasks.json at `path` (TaskList.write), or None: none there, unreadable or
+    written without them."""
+    try:
+        found = json.loads(Path(path).read_text()).get("made_by")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def for_target(p: ops.Plan | ops.NotTunable, op: str, gpu: bool) -> ops.Plan | ops.NotTunable:
@@ -106,8 +118,14 @@ def node_times(model: Model, recorder: trace.Recorder, runs: int = RUNS) -> dict
 
 def find(model: Model, runs: int = RUNS) -> TaskList:
     """Trace, profile and sort the model's operators into tasks and the rest."""
+    return profile(model, runs, keep_args=False)[0]
+
+
+def profile(model: Model, runs: int = RUNS, keep_args: bool = True) -> tuple[TaskList, trace.Recorder]:
+    """`find`'s task list, with the recorder that ran the exported graph: with `keep_args`, apply takes it as
+    it is (apply's `traced`), so a report exports and runs the model once for both."""
     gm = trace.export(model.module, model.inputs)
-    recorder = trace.Recorder(gm, keep_args=False)
+    recorder = trace.Recorder(gm, keep_args=keep_args)
     times = node_times(model, recorder, runs)
     total = sum(times.values()) or 1.0
     tasks: dict[str, list[float]] = defaultdict(list)
@@ -122,7 +140,7 @@ def find(model: Model, runs: int = RUNS) -> TaskList:
     others = sorted((Untunable(op, tuple(dict.fromkeys(r for r, _ in calls)), len(calls), sum(t for _, t in calls),
                                sum(t for _, t in calls) / total) for op, calls in rest.items()), key=lambda u: -u.time_ms)
     return TaskList(model.name, model.target.label, model.target.device_name, model.dtype, total,
-                    tuple(found), tuple(others))
+                    tuple(found), tuple(others)), recorder
 
 
 def table(found: TaskList) -> str:

@@ -4,7 +4,8 @@ torch.utils.benchmark's Timer repeats a call until `min_run_time` is filled and 
 around its measurements; its median is the figure.  On a GPU a whole model is timed as a CUDA graph
 replay (captured on a side stream after a warm-up), so launch overheads that a deployment would not
 pay are left out; a model that cannot be captured is timed call by call, and the
-result says so.
+result says so.  Two implementations of one operator (torch's and a tuned kernel) are timed alike,
+both from CUDA graphs or both call by call, never one of each (`pair_ms`).
 """
 from __future__ import annotations
 
@@ -39,15 +40,21 @@ def median_ms(fn: Callable[[], Any], min_run_time: float = MIN_RUN_S) -> float:
     return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
 
 
-def op_ms(fn: Callable[[], Any], gpu: bool, min_run_time: float = MIN_RUN_S) -> float:
-    """One operator's time: on a GPU replayed from a CUDA graph, as the model runs in the report (Python's
-    dispatch, which differs between torch's op and a tuned one, is then not counted), else call by call."""
+def pair_ms(first: Callable[[], Any], second: Callable[[], Any], gpu: bool,
+            min_run_time: float = MIN_RUN_S) -> tuple[float, float, str]:
+    """Two implementations of one operator timed alike, and how: on a GPU both replayed from CUDA graphs, as
+    the model runs in the report (Python's dispatch, which differs between torch's op and a tuned one, is
+    then not counted); where either cannot be captured, both call by call, so the two figures compare."""
     if gpu:
         try:
-            return median_ms(_graphed(fn), min_run_time)
-        except RuntimeError:  # not capturable: timed as it is
-            pass
-    return median_ms(fn, min_run_time)
+            graphs = _graphed(first), _graphed(second)
+        except RuntimeError as err:  # not capturable: both timed as they are
+            how = f"call by call (no CUDA graph: {str(err).splitlines()[0][:80] if str(err) else type(err).__name__})"
+        else:
+            return median_ms(graphs[0], min_run_time), median_ms(graphs[1], min_run_time), "CUDA graph"
+    else:
+        how = "call by call"
+    return median_ms(first, min_run_time), median_ms(second, min_run_time), how
 
 
 @dataclass(frozen=True)
