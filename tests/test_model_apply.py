@@ -83,8 +83,12 @@ def test_apply_keeps_the_faster_of_torch_and_the_kernel(tiny_records, monkeypatc
         return (1.0, 2.0, "made up") if verdicts[-1] == "vendor" else (2.0, 0.5, "made up")
 
     monkeypatch.setattr(timing, "pair_ms", made_up)
+    monkeypatch.setattr(timing, "model_latency", lambda module, inputs, gpu, min_run_time: timing.Latency(
+        1.0 if isinstance(module, torch.fx.GraphModule) else 2.0, "made up"))  # the changed graph is faster
     model = tiny_model()
     tuned = apply(model.module, model.inputs, target="llvm", records=tiny_records, min_run_time=0.01)
+    assert tuned.opevo_kept == "the graph with the tuned kernels: 1.0000 ms with the tuned kernels against " \
+                               "2.0000 ms untouched (made up)"
     assert [c.use for c in tuned.opevo_choices] == verdicts and len(verdicts) == len(TINY_TASKS)
     for c in tuned.opevo_choices:
         assert (c.vendor_ms, c.tuned_ms, c.timed) == ((1.0, 2.0) if c.use == "vendor" else (2.0, 0.5)) + ("made up",)
@@ -95,6 +99,20 @@ def test_apply_keeps_the_faster_of_torch_and_the_kernel(tiny_records, monkeypatc
     with torch.no_grad():
         assert difference(tuned(*model.inputs), model.module(*model.inputs)) <= TOLERANCE[torch.float32]
     assert {w for w in TINY_TASKS if kernels.CALLS[w] > before[w]} == picked
+
+
+def test_the_untouched_model_is_kept_where_the_changed_graph_is_not_faster(tiny_records, monkeypatch):
+    """Each kernel beats torch's operator, but the whole changed graph times slower (the exported graph's own
+    cost, on the CPU): applying returns the module itself, and says why."""
+    monkeypatch.setattr(timing, "pair_ms", lambda vendor, tuned, gpu, min_run_time: (2.0, 1.0, "made up"))
+    monkeypatch.setattr(timing, "model_latency", lambda module, inputs, gpu, min_run_time: timing.Latency(
+        3.0 if isinstance(module, torch.fx.GraphModule) else 2.0, "made up"))
+    model = tiny_model()
+    kept = apply(model.module, model.inputs, target="llvm", records=tiny_records, min_run_time=0.01)
+    assert kept is model.module and not _tuned_nodes(kept)
+    assert all(c.use == "tuned" for c in kept.opevo_choices)
+    assert kept.opevo_kept == "the untouched model, as the faster: 3.0000 ms with the tuned kernels against " \
+                              "2.0000 ms untouched (made up)"
 
 
 def test_a_pair_that_cannot_be_captured_is_timed_call_by_call_both(monkeypatch):
@@ -188,7 +206,9 @@ def test_report_rows_agree_with_their_figures(tiny_records):
             assert m[7] == ("tuned" if tuned < vendor else "vendor")
         assert m[8] == ("faster" if m[7] == "tuned" else "the vendor's is faster") + "; both timed call by call"
     used = sum(m[7] == "tuned" for m in rows.values())
-    assert f"Tasks: {len(TINY_TASKS)}, tuned kernel runs for {used}" in lines
+    assert f"Tasks: {len(TINY_TASKS)}, a tuned kernel is faster for {used}" in lines
+    kept = next(x for x in lines if x.startswith("the tuned model: "))
+    assert ("no tuned kernel is faster" in kept) if used == 0 else re.search(r"[\d.]+ ms with the tuned kernels", kept)
     check = next(re.fullmatch(r"max \|tuned - torch\| / max \|torch\| = (\S+), tolerance 1e-03 \(float32\): (\w+)", x)
                  for x in lines if x.startswith("max |tuned"))
     assert check[2] == "ok" and made.output_ok and float(check[1]) < 1e-3

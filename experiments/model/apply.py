@@ -4,8 +4,9 @@
 each workload with a verified record on this device builds and loads its kernel (kernels.py), checks
 it against torch's operator on that node's own arguments, and times both there (torch's op is the
 vendor library: cuBLAS/cuDNN on a GPU, oneDNN/MKL on the CPU).  Where the kernel is faster, every
-node of that workload calls it through a `Tuned` submodule; the rest stay torch's.  So applying
-never makes an operator slower than it was, to the accuracy of the timing.  The result is an
+node of that workload calls it through a `Tuned` submodule; the rest stay torch's.  The whole model is
+then timed too, and the untouched module kept where the changed graph is not faster, so applying never
+makes an operator or the model slower, to the accuracy of the timing.  A changed model is an
 fx.GraphModule, which torch.compile takes as it is (the kernel is the opaque custom op `opevo::kernel`).
 """
 from __future__ import annotations
@@ -127,11 +128,13 @@ def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, choice: Choice) -> N
 
 def apply(module: torch.nn.Module, example_inputs: tuple[Any, ...], target: str = "auto",
           records: Records | None = None, min_run_time: float = timing.MIN_RUN_S,
-          force: bool = False, traced: trace.Recorder | None = None) -> torch.fx.GraphModule:
-    """`module` with each tuned operator replaced by its tuned kernel where that is faster than torch's.
+          force: bool = False, traced: trace.Recorder | None = None) -> torch.nn.Module:
+    """`module` with each tuned operator replaced by its tuned kernel where that is faster than torch's: an
+    fx.GraphModule, or `module` itself where that is as fast end to end (`_faster_whole`).
 
     `example_inputs` are on the target's device (llvm: the CPU; cuda/rocm: torch's "cuda").  The result's
-    `opevo_choices` lists per workload what runs and why (the report prints it).  `records`: the store
+    `opevo_choices` lists per workload what runs and why, and `opevo_kept` which model was kept and why (the
+    report prints both).  `records`: the store
     (default $OPEVO_RECORDS); `force`: every kernel that has a record and matches torch's result runs, faster
     or not (to check the kernels themselves); `traced`: a Recorder (tasks.profile's, keeping arguments) that
     already ran this module's exported graph on these inputs: its graph is the one changed, not exported again.
@@ -161,5 +164,27 @@ def apply(module: torch.nn.Module, example_inputs: tuple[Any, ...], target: str 
     gm.recompile()
     for call in recorder.calls.values():  # the arguments held for timing are no longer needed
         call.args, call.kwargs = (), {}
-    gm.opevo_choices = tuple(choices)
-    return gm
+    kept, why = (gm, "forced") if force else _faster_whole(module, gm, tuple(example_inputs), choices,
+                                                          found.is_gpu, min_run_time)
+    kept.opevo_choices, kept.opevo_kept = tuple(choices), why
+    return kept
+
+
+def _faster_whole(module: torch.nn.Module, gm: torch.fx.GraphModule, inputs: tuple[Any, ...],
+                  choices: list[Choice], gpu: bool, min_run_time: float) -> tuple[torch.nn.Module, str]:
+    """The faster of the untouched module and the exported graph with its tuned kernels, end to end, with why.
+
+    Each kernel runs only where it beat torch's operator, but the exported graph calls ATen ops one by one
+    and checks its inputs on each call, which costs Python time that the untouched module does not pay
+    where calls are launched one by one (the CPU); on a GPU both are timed from CUDA graphs, where it
+    vanishes.  So the model is timed whole as well, and where the graph is not faster the module itself
+    is returned: applying never makes the model slower, to the accuracy of the timing.
+    """
+    if not any(c.use == "tuned" for c in choices):
+        return module, "no tuned kernel is faster than torch's operator: the untouched model"
+    untouched = timing.model_latency(module, inputs, gpu, min_run_time)
+    tuned = timing.model_latency(gm, inputs, gpu, min_run_time)
+    figures = f"{tuned.ms:.4f} ms with the tuned kernels against {untouched.ms:.4f} ms untouched ({untouched.how})"
+    if tuned.ms < untouched.ms:
+        return gm, f"the graph with the tuned kernels: {figures}"
+    return module, f"the untouched model, as the faster: {figures}"

@@ -96,7 +96,8 @@ def report(model: Model, records: Records | None = None, compile: bool = True) -
     ok = off <= tolerance
     text = [f"{model.name} ({model.dtype}) on {model.target.device_name} ({model.target.label})"
             + (", TF32 off (strict FP32)" if gpu and strict else ""), "",
-            f"Tasks: {len(found.tasks)}, tuned kernel runs for {used}", *_task_rows(found, choices), "",
+            f"Tasks: {len(found.tasks)}, a tuned kernel is faster for {used}", *_task_rows(found, choices),
+            f"the tuned model: {tuned.opevo_kept}", "",
             "Output: tuned model against the untouched one on the example inputs",
             f"max |tuned - torch| / max |torch| = {off:.2e}, tolerance {tolerance:.0e} ({model.dtype}): "
             + ("ok" if ok else "MISMATCH"), "",
