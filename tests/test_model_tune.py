@@ -156,7 +156,8 @@ def test_a_time_budget_stops_when_time_is_up(tmp_path):
     ticks = iter(range(0, 10_000, 50))  # every look at the clock: 50 s later
     fake = FakeNni(CURVES)
     m = run_fake(tmp_path, None, fake, minutes=5, clock=lambda: next(ticks))
-    assert m.round_trials == model_tune.ROUND_TRIALS and fake.calls[0] == ("mm/N64K64M64", m.round_trials)
+    assert m.round_trials == model_tune.ROUND_TRIALS and m.warmup_trials == model_tune.WARMUP_TRIALS
+    assert fake.calls[0] == ("mm/N64K64M64", m.warmup_trials)  # a short first round: the rate is unknown
     assert 0 < m.spent and 300 <= m.elapsed_s < 400
     assert len(fake.calls) == 2  # each round looks three times: 150 s a round
     resumed = model_tune.run(Manifest.load(tmp_path), tmp_path, FakeNni(CURVES), None, 5, clock=lambda: 0)

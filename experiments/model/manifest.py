@@ -55,8 +55,9 @@ class Manifest:
     device: str
     trials: int | None  # the budget: trials in all, or
     minutes: float | None  # minutes of wall time (both: whichever ends first)
-    round_trials: int  # trials of one round (the warm-up round too)
+    round_trials: int  # trials of one round after the warm-up
     entries: list[Entry]
+    warmup_trials: int = 0  # trials of a task's first round (0: round_trials)
     spent: int = 0  # trials spent over all tasks
     elapsed_s: float = 0.0  # wall time spent tuning over all runs
     in_flight: dict[str, int] | None = None  # {"task": index, "upto": its experiment's trials at the end}

@@ -31,6 +31,7 @@ from .scheduler import Progress, pick
 
 ROUND_TRIALS = 32  # trials of a round at most: four generations of OpEvo's 8 offspring
 MIN_ROUND_TRIALS = 2  # the warm-up round must measure at least this many configurations a task
+WARMUP_TRIALS = 8  # a task's first round under a time budget: one generation of OpEvo's 8 parents
 DAY_S = 24 * 3600.0  # the longest a round of a trial budget may take (experiments.tune's default)
 
 
@@ -114,7 +115,11 @@ def plan(tasks: list[TaskLike], trials: int | None, minutes: float | None, targe
         entries.append(entry)
     to_tune = sum(e.tuned for e in entries)
     size = round_trials(trials, to_tune) if to_tune else 0
-    return Manifest(target, device, trials, minutes, size, entries)
+    # Under a time budget the rate is unknown, so the warm-up round is kept short: every task is measured
+    # and weighed by the scheduler before any gets a full round (with 24 tasks and rounds of 32, seven
+    # minutes on an H200 reached 9 of them).
+    warmup = min(size, WARMUP_TRIALS) if trials is None else size
+    return Manifest(target, device, trials, minutes, size, entries, warmup_trials=warmup)
 
 
 def _check(tasks: list[TaskLike], trials: int | None, minutes: float | None) -> None:
@@ -146,7 +151,9 @@ def run(m: Manifest, out: Path, runner: Runner, trials: int | None, minutes: flo
             if i is None or room <= 0 or left_s() <= 0:
                 break
             i = tuned[i]
-            m.in_flight = {"task": i, "upto": m.entries[i].trials + int(min(m.round_trials, room))}
+            first = m.entries[i].progress.rounds == 0
+            size = (m.warmup_trials or m.round_trials) if first else m.round_trials
+            m.in_flight = {"task": i, "upto": m.entries[i].trials + int(min(size, room))}
             m.save(out)
         i, upto = m.in_flight["task"], m.in_flight["upto"]
         e = m.entries[i]
