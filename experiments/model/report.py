@@ -7,7 +7,8 @@ in four forms: eager, torch.compile, the tuned model, and the tuned model under 
 GPU each is the replay of one CUDA graph captured here, so all four are timed alike: torch.compile runs
 in mode "max-autotune-no-cudagraphs" (max-autotune's kernel autotuning, with the graph captured here
 rather than by Inductor); float32 runs with TF32 off (strict FP32, as the suite's float32 kernels compute), and one more row gives eager
-with PyTorch's default of TF32 convolutions.  On the CPU they are timed call by call and
+with PyTorch's default of TF32 convolutions; cuDNN times its algorithms (`cudnn.benchmark`) in every
+row and in the per-task figures, so the vendor is on its fastest path.  On the CPU they are timed call by call and
 torch.compile runs in its default mode (max-autotune tunes GPU kernels; on the CPU it only adds
 compile time).  `compile=False` skips the torch.compile rows (they need a C++ compiler and minutes
 on a small CPU), and the report says so.
@@ -79,7 +80,10 @@ def _latency_rows(model: Model, tuned: torch.nn.Module, compile: bool) -> list[s
 def report(model: Model, records: Records | None = None, compile: bool = True) -> Report:
     """Profile, apply the tuned kernels and compare; the text has every section, whatever was skipped."""
     gpu, strict = model.target.is_gpu, model.dtype == "float32"
-    with timing.tf32(not strict) if gpu else contextlib.nullcontext():
+    with contextlib.ExitStack() as on_gpu:
+        if gpu:
+            on_gpu.enter_context(timing.tf32(not strict))
+            on_gpu.enter_context(timing.cudnn_benchmark())
         found, traced = tasks.profile(model)  # the export and run that apply then takes as they are
         tuned = apply(model.module, model.inputs, target=model.target.kind, records=records, traced=traced)
         choices = {c.workload: c for c in tuned.opevo_choices}
@@ -89,13 +93,14 @@ def report(model: Model, records: Records | None = None, compile: bool = True) -
         tolerance = TOLERANCE[getattr(torch, model.dtype)]
         latency = _latency_rows(model, tuned, compile)
     if gpu and strict:
-        with timing.tf32(True):
+        with timing.tf32(True), timing.cudnn_benchmark():
             default = timing.model_latency(model.module, model.inputs, gpu)
-        latency.append(f"{'eager, PyTorch defaults (TF32 convs)':<48} {_ms(default.ms)} {'':>8}  {default.how}")
+        latency.append(f"{'eager with TF32 (PyTorch default in convs)':<48} {_ms(default.ms)} {'':>8}  {default.how}")
     used = sum(c.use == "tuned" for c in choices.values())
     ok = off <= tolerance
     text = [f"{model.name} ({model.dtype}) on {model.target.device_name} ({model.target.label})"
-            + (", TF32 off (strict FP32)" if gpu and strict else ""), "",
+            + (", TF32 off (strict FP32)" if gpu and strict else "")
+            + (", cuDNN's algorithms timed (cudnn.benchmark on)" if gpu else ""), "",
             f"Tasks: {len(found.tasks)}, a tuned kernel is faster for {used}", *_task_rows(found, choices),
             f"the tuned model: {tuned.opevo_kept}", "",
             "Output: tuned model against the untouched one on the example inputs",

@@ -33,6 +33,18 @@ def tf32(allowed: bool) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
+@contextmanager
+def cudnn_benchmark() -> Iterator[None]:
+    """cuDNN picks each convolution's algorithm by timing them (`cudnn.benchmark`), for the block: the
+    vendor's fastest path, which the report times every model with (PyTorch's default picks by heuristics)."""
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved
+
+
 def median_ms(fn: Callable[[], Any], min_run_time: float = MIN_RUN_S) -> float:
     """The median time of one call of `fn`, in milliseconds."""
     fn()  # warm-up: first calls allocate, pick algorithms, compile
