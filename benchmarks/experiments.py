@@ -41,6 +41,7 @@ class Experiment:
     started: float  # time.time() at `nnictl create`
     wall_s: float  # from `nnictl create` to the end of the wait
     last_end: float | None  # NNI's end time (time.time() scale) of the last trial to end, if one ended
+    jobs: list[dict]  # NNI's trial jobs as its REST API gives them (times in ms)
 
 
 def write_folder(wl: Workload, root: Path, trials: int, concurrency: int) -> Path:
@@ -64,10 +65,11 @@ def nnictl_experiment(folder: Path, tuner: str, port: int, timeout_s: float = 24
         final = tune.wait(port, timeout_s=timeout_s, poll_s=poll_s, progress=progress)
         wall = time.monotonic() - start
         records = tune.trials(port)
-        ends = [job["endTime"] / 1000 for job in tune._api(port, "/trial-jobs") if job.get("endTime")]
+        jobs = tune._api(port, "/trial-jobs")
     finally:
         tune.nnictl("stop", exp_id, check=False)
-    return Experiment(tuner, exp_id, final, records, started, wall, max(ends) if ends else None)
+    ends = [job["endTime"] / 1000 for job in jobs if job.get("endTime")]
+    return Experiment(tuner, exp_id, final, records, started, wall, max(ends) if ends else None, jobs)
 
 
 def run_one(folder: Path, tuner: str, port: int, timeout_s: float) -> dict:

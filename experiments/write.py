@@ -34,6 +34,21 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ROOT / "experiments"
 
 
+IN_FLIGHT_PER_GPU = 16
+"""Trials in flight that keep one GPU busy: it verifies and times about four kernels a second, and a trial
+lasts three to four seconds, most of it the build on a core of its own."""
+
+
+def auto_concurrency(target: str = "auto", gpus: int | None = None) -> int:
+    """trialConcurrency for this machine: enough trials in flight for `gpus` GPUs (default: those of
+    `target` here), no more than the measuring service's build workers (one per core) can build at
+    once; on a CPU, where a timing has the cores to itself, `CONCURRENCY`."""
+    if gpus is None:
+        here = device(target)
+        gpus = here.num_devices if here.is_gpu else 0
+    return max(CONCURRENCY, min(os.cpu_count() or 1, IN_FLIGHT_PER_GPU * gpus))
+
+
 def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
     return root / wl.op / wl.spec
 
@@ -53,6 +68,8 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
         algo = BUILTIN_TUNERS[tuner]
     else:
         class_args = {**TUNERS[tuner]["classArgs"], "warm_start": warm_start, "workload": wl.name, "target": target}
+        if "offspring_size" in class_args:  # OpEvo keeps at most that many trials in flight
+            class_args["offspring_size"] = max(class_args["offspring_size"], concurrency)
         algo = {**TUNERS[tuner], "classArgs": class_args}
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",

@@ -20,6 +20,7 @@ import sqlite3
 import sys
 from typing import Any
 
+from . import timeline
 from .service import nnitrial
 from .measure import Options, measure
 from .inputs import InputError, load_json, number_type
@@ -104,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     under_nni = params is None and nnitrial.under_nni()
     parameter_id = None
     if under_nni:
+        timeline.mark_process_start("trial_started")
+        timeline.mark("trial_asking")
         params, parameter_id = nnitrial.receive()
+        timeline.mark("trial_received", parameter_id=parameter_id, trial=os.environ.get("NNI_TRIAL_JOB_ID"))
     result = None
     try:
         wl = parse(args.op, args.spec)
@@ -119,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                           runner=args.runner)
         result = measure(wl, params, options)
         report = result.report(parameter_id)
+        timeline.mark("trial_measured", parameter_id=parameter_id, stages=result.extra.get("stages", {}))
     print(json.dumps(report), flush=True)
     if under_nni:
         try:
@@ -127,8 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}\nThe measurement is not recorded: NNI does not have it, and runs this trial "
                   "again when the experiment is resumed.", file=sys.stderr)
             return 1
+        timeline.mark("trial_reported", parameter_id=parameter_id)
     if result is not None and not args.no_record:
         _record(args, wl, result)
+    timeline.mark("trial_exiting", parameter_id=parameter_id)
     return 0
 
 

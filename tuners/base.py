@@ -10,11 +10,9 @@ into the NNI 3.0 tuner protocol, whose pitfalls it handles once for every algori
   #5726), so the same id may report twice and `trial_end` ids are unreliable; a metric may also arrive
   after its `trial_end`. A result therefore goes to the configuration the trial reports it measured
   (the `params` of its metric), live and on resume (`import_data`), never to what NNI says it sent.
-* `trial_end` runs on NNI's assessor thread while results and requests arrive on the main command
-  thread, so all state is guarded by one lock.
-* NNI 3.0 never calls `save_checkpoint`, so every change is logged to a state file in
-  `NNI_CHECKPOINT_DIRECTORY` (`tuners.state`) and read back by `update_search_space`; `import_data`
-  feeds in earlier results on resume.
+* `trial_end` runs on NNI's assessor thread, results and requests on the main one: one lock guards all.
+* NNI 3.0 never calls `save_checkpoint`, so every change goes to a state file in `NNI_CHECKPOINT_DIRECTORY`
+  (`tuners.state`), read back by `update_search_space`; `import_data` feeds earlier results on resume.
 * A tuner method that raises stops NNI's dispatcher silently (the experiment stays RUNNING with no trial),
   so each one reports its error to the manager first (`tuners.failure`): the experiment ends as ERROR.
 
@@ -34,6 +32,7 @@ import nni
 from nni.tuner import Tuner
 
 from searchspace import Config, ConstrainedSpace, SearchSpace
+from trial import timeline
 
 from .classargs import CommonArgs
 from .failure import reported
@@ -134,6 +133,7 @@ class SpaceTuner(Ledger, Tuner):
         nothing queued means the space is exhausted (NNI then marks the tuner as having no more trials).
         """
         callback = kwargs.get("st_callback")
+        timeline.mark("tuner_asked", parameter_ids=parameter_id_list)
         with self._lock:
             if self.space is None:
                 raise RuntimeError("update_search_space must be called before generating parameters")
@@ -152,8 +152,7 @@ class SpaceTuner(Ledger, Tuner):
 
     def generate_parameters(self, parameter_id: int, **kwargs: Any) -> Config:
         """One configuration; `RequestQueued` if it will come later via st_callback, `NoMoreTrialError` if none."""
-        answered = self.generate_multiple_parameters([parameter_id], **kwargs)
-        if answered:
+        if answered := self.generate_multiple_parameters([parameter_id], **kwargs):
             return answered[0]
         with self._lock:
             if parameter_id in self._queue:
@@ -171,6 +170,7 @@ class SpaceTuner(Ledger, Tuner):
         trials) to NNI's `parameters`. A result whose configuration lies outside the space is ignored.
         A second result for a configuration is ignored unless the first outcome was a failure.
         """
+        timeline.mark("tuner_result", parameter_id=parameter_id)
         metric = parse_metric(value)
         with self._lock:
             if self.space is None:
@@ -238,8 +238,7 @@ class SpaceTuner(Ledger, Tuner):
                 swapped += params != record.get("parameter")
                 self._settle(self._record(params), parse_metric(record.get("value")))
             if skipped:
-                _logger.warning("import_data: %d records without a configuration of the search space were ignored",
-                                skipped)
+                _logger.warning("import_data: %d records without a configuration of the space ignored", skipped)
             if swapped:
                 _logger.info("import_data: %d results measured another configuration than NNI's parameter; "
                              "each went to the one measured", swapped)
@@ -269,6 +268,8 @@ class SpaceTuner(Ledger, Tuner):
             self._issued[pid] = self._pending[pid] = key
             self._changed[key] = None
             ready.append((pid, copy.deepcopy(config)))
+        if ready:  # answers leave at once (returned, or through st_callback)
+            timeline.mark("tuner_proposed", parameter_ids=[pid for pid, _ in ready])
         return ready
 
     def _next_warm(self) -> Config | None:

@@ -1,0 +1,206 @@
+"""Where an nnictl trial's time goes, and how many trials a second an experiment measures on 1..N GPUs.
+
+    python -m benchmarks.nnipace mm/N512K1024M1024 --trials 128 [--concurrency auto|N] [--gpus 0 0,1 0,1,2,3]
+                                 [--driver] [--tuner opevo] [--port 8080] [--json FILE]
+
+Per set of GPUs (CUDA_VISIBLE_DEVICES of the experiment, its trials and their measuring service), one
+cold experiment through `nnictl create`, as a user starts it, with $OPEVO_TIMELINE set so that each
+trial process and the tuner write their timestamps (trial/timeline.py); joined with NNI's own end time
+of each trial job, they give the mean seconds of each hop of a trial:
+
+  tuner holds   NNI asked the tuner for parameters -> the tuner sent them (OpEvo waits for results
+                once `offspring_size` are in flight)
+  to process    the tuner sent them -> the trial process exists (NNI's manager loop, every 0.5 s, and
+                its trial keeper starting the process)
+  imports       the process exists -> the trial asks for its parameters (Python and the trial's imports)
+  parameters    -> it holds them (NNI's trial channel, through the measuring service)
+  measure       build, run, verify, time (`trial.results.STAGES`, the means of the main ones shown)
+  report        the result to NNI's trial channel
+  exit          reported -> NNI's end time of the trial job (the records, the interpreter's exit)
+  to tuner      reported -> the tuner has the result (beside `exit`)
+  slot idle     per trial, the seconds a trial slot had no process: trialConcurrency x span minus
+                the trials' lifetimes, over the trials
+
+`trials/s` counts trials from the first trial's start to the last one's end; `incl. start` from
+`nnictl create` (NNI's own start-up included).  --driver also runs the same tuner, budget and
+concurrency through the benchmark driver (no NNI manager, no trial processes) on all the GPUs given
+last, for the rate NNI should approach.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from experiments import registry
+from experiments.write import auto_concurrency
+from trial import timeline
+from trial.inputs import number_type
+from trial.measure import Options
+from trial.results import Status
+from trial.workload import parse_name
+
+from .experiments import nnictl_experiment, write_folder
+
+HOPS = ("tuner holds", "to process", "imports", "parameters", "measure", "report", "exit", "to tuner", "slot idle")
+SHOWN_STAGES = ("build", "lock_wait", "run")
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
+    """Mean seconds of each hop (`HOPS`) over the trials that left a full timeline, and the span."""
+    asked: dict[Any, float] = {}
+    proposed: dict[Any, float] = {}
+    by_pid: dict[int, dict[str, Any]] = defaultdict(dict)  # trial process -> its events
+    tuner_result: dict[Any, float] = {}
+    for e in events:
+        if e["event"] == "tuner_asked":
+            for pid in e["parameter_ids"]:
+                asked.setdefault(pid, e["t"])
+        elif e["event"] == "tuner_proposed":
+            for pid in e["parameter_ids"]:
+                proposed.setdefault(pid, e["t"])
+        elif e["event"] == "tuner_result":
+            tuner_result.setdefault(e["parameter_id"], e["t"])
+        elif e["event"].startswith("trial_"):
+            by_pid[e["pid"]][e["event"]] = e
+    ends = {job["trialJobId"]: job["endTime"] / 1000 for job in jobs if job.get("endTime")}
+    hops: dict[str, list[float]] = defaultdict(list)
+    stages: dict[str, list[float]] = defaultdict(list)
+    lifetimes = []
+    for trial in by_pid.values():
+        try:
+            start, received = trial["trial_started"]["t"], trial["trial_received"]
+            measured, reported = trial["trial_measured"], trial["trial_reported"]
+        except KeyError:
+            continue
+        pid, end = received["parameter_id"], ends.get(received["trial"])
+        if pid in asked and pid in proposed:
+            hops["tuner holds"].append(proposed[pid] - asked[pid])
+        if pid in proposed:
+            hops["to process"].append(start - proposed[pid])
+        asking = trial.get("trial_asking", received)["t"]
+        hops["imports"].append(asking - start)
+        hops["parameters"].append(received["t"] - asking)
+        hops["measure"].append(measured["t"] - received["t"])
+        hops["report"].append(reported["t"] - measured["t"])
+        if end is not None:
+            hops["exit"].append(end - reported["t"])
+            lifetimes.append((start, end))
+        if pid in tuner_result:
+            hops["to tuner"].append(tuner_result[pid] - reported["t"])
+        for stage, seconds in measured.get("stages", {}).items():
+            stages[stage].append(seconds)
+    out: dict[str, Any] = {"trials": len(lifetimes), "span_s": None, "first_start": None}
+    if lifetimes:
+        first, last = min(s for s, _ in lifetimes), max(e for _, e in lifetimes)
+        busy = sum(e - s for s, e in lifetimes)
+        out.update(span_s=last - first, first_start=first, last_end=last)
+        hops["slot idle"] = [max(0.0, concurrency * (last - first) - busy) / len(lifetimes)]
+    out["hops"] = {hop: _mean(hops[hop]) for hop in HOPS}
+    out["stages"] = {stage: _mean(values) for stage, values in stages.items()}
+    return out
+
+
+def experiment(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: str | None, port: int,
+               target: str) -> dict[str, Any]:
+    """One cold nnictl experiment on `gpus` with timelines on: its rates and hops."""
+    wl = parse_name(wl_name)
+    scratch = Path(tempfile.mkdtemp(prefix="opevo-nnipace-"))
+    (scratch / "timeline").mkdir()
+    folder = write_folder(wl, scratch, trials, concurrency)
+    saved = {k: os.environ.get(k) for k in (timeline.ENV, "CUDA_VISIBLE_DEVICES", "OPEVO_TARGET")}
+    os.environ.update({timeline.ENV: str(scratch / "timeline"), "OPEVO_TARGET": target})
+    if gpus is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus
+    try:
+        done = nnictl_experiment(folder, tuner, port, poll_s=2)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    pace = trial_hops(timeline.read(str(scratch / "timeline")), done.jobs, concurrency)
+    metrics = [r.metric for r in done.records if r.metric]
+    ok = [m for m in metrics if m["status"] == Status.OK]
+    span = pace["span_s"]
+    whole = pace["last_end"] - done.started if span else None
+    return {"gpus": gpus or "all", "concurrency": concurrency, "experiment": done.id, "nni_status": done.final,
+            "trials": len(done.records), "measured": len(metrics), "ok": len(ok),
+            "best_gflops": max((m["gflops"] for m in ok), default=0.0),
+            "devices": sorted({m.get("device", "") for m in metrics}),
+            "trials_per_s": len(metrics) / span if span else 0.0,
+            "trials_per_s_with_start": len(metrics) / whole if whole else 0.0,
+            "start_s": pace["first_start"] - done.started if span else None, **pace}
+
+
+def driver_rate(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: str | None, target: str) -> float:
+    """Trials a second of the same tuner, budget and concurrency through the benchmark driver."""
+    from . import driver
+
+    if gpus is not None:  # the driver's measuring service is keyed by the visible devices
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus
+    run = driver.run(parse_name(wl_name), tuner, trials, seed=0, workers=concurrency,
+                     options=Options(target=target), records=None, progress=False)
+    return len(run.trials) / run.wall_s
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    header = ["GPUs", "trialConcurrency", "trials", "ok", "trials/s", "incl. start", "start s", *HOPS,
+              *(f"of measure: {s}" for s in SHOWN_STAGES)]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * 3 + " ---: |" * (len(header) - 3)]
+    for r in rows:
+        lines.append("| " + " | ".join([
+            r["gpus"], str(r["concurrency"]), str(r["measured"]), str(r["ok"]), _cell(r["trials_per_s"]),
+            _cell(r["trials_per_s_with_start"]), _cell(r["start_s"], 1), *(_cell(r["hops"][h]) for h in HOPS),
+            *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES)]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.nnipace", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("workload", help="op/spec, e.g. mm/N512K1024M1024")
+    p.add_argument("--trials", type=number_type(int, 1, 100000), default=128)
+    p.add_argument("--concurrency", default="auto",
+                   help="trialConcurrency: a number, or auto (from the build workers and the GPUs; default)")
+    p.add_argument("--gpus", nargs="+", help="CUDA_VISIBLE_DEVICES of each experiment, e.g. 0 0,1 (default: all)")
+    p.add_argument("--tuner", default="opevo", choices=sorted(registry.TUNERS))
+    p.add_argument("--target", default="auto", help="auto or a kind (llvm: the CPU)")
+    p.add_argument("--driver", action="store_true", help="also run the benchmark driver on the last GPU set")
+    p.add_argument("--port", type=number_type(int, 1, 65535), default=8080, help="web UI port")
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    args = p.parse_args(argv)
+    rows = []
+    for gpus in args.gpus or [None]:
+        count = len(gpus.split(",")) if gpus else None
+        concurrency = auto_concurrency(args.target, count) if args.concurrency == "auto" else int(args.concurrency)
+        rows.append(experiment(args.workload, args.tuner, args.trials, concurrency, gpus, args.port, args.target))
+        print(table(rows[-1:]), flush=True)
+    print(f"\n## {args.workload}, {args.tuner}, {args.trials} trials through nnictl (devices: "
+          f"{', '.join(sorted({d for r in rows for d in r['devices']}))})\n\n{table(rows)}")
+    if args.driver:
+        last = rows[-1]
+        rate = driver_rate(args.workload, args.tuner, args.trials, last["concurrency"], args.gpus[-1] if args.gpus
+                           else None, args.target)
+        print(f"\ndriver, same tuner, budget and concurrency on GPUs {last['gpus']}: {rate:.2f} trials/s; "
+              f"nnictl / driver = {last['trials_per_s'] / rate:.2f}")
+        rows.append({"driver_trials_per_s": rate})
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0 if all(r.get("ok", 1) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""Timestamps of a trial's way from the tuner through NNI to the measurement and back.
+
+Where $OPEVO_TIMELINE names a folder, a trial process and the suite's tuners append one JSON line per
+event to a file of their own in it (`mark`); `benchmarks.nnipace` joins them with NNI's own times of each
+trial job to show where an nnictl trial's time goes.  Unset, as everywhere but that benchmark, `mark`
+does nothing.  Times are `time.time()` seconds, the clock NNI's manager stamps its trial jobs with.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+ENV = "OPEVO_TIMELINE"
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(ENV))
+
+
+def mark(event: str, at: float | None = None, **fields: Any) -> None:
+    """Append `event` (now, or at `at`) with `fields` to this process's file; a failed write costs nothing."""
+    folder = os.environ.get(ENV)
+    if not folder:
+        return
+    line = json.dumps({"event": event, "t": time.time() if at is None else at, "pid": os.getpid(), **fields})
+    try:
+        with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+    except OSError:
+        pass
+
+
+def mark_process_start(event: str) -> None:
+    """`event` at the time this process started (the operating system's record of it)."""
+    if enabled():
+        import psutil
+
+        mark(event, at=psutil.Process().create_time())
+
+
+def read(folder: str) -> list[dict[str, Any]]:
+    """Every event written under `folder`, in time order (a torn last line of a killed process is skipped)."""
+    events = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".jsonl"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return sorted(events, key=lambda e: e["t"])
