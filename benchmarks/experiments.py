@@ -23,6 +23,7 @@ from pathlib import Path
 
 from experiments import registry, tune, write
 from trial.measure import Options
+from trial.remote import LOCAL
 from trial.results import Status
 from trial.workload import Workload, parse_name
 
@@ -44,13 +45,13 @@ class Experiment:
     jobs: list[dict]  # NNI's trial jobs as its REST API gives them (times in ms)
 
 
-def write_folder(wl: Workload, root: Path, trials: int, concurrency: int) -> Path:
+def write_folder(wl: Workload, root: Path, trials: int, concurrency: int, runner: str = LOCAL) -> Path:
     """The experiment folder of `wl` under `root` for benchmarks: every tuner's config, no warm start.
 
     Written once and shared by the tuners' experiments; starting cold keeps a benchmark's runs
-    independent of earlier records (and of each other).
+    independent of earlier records (and of each other).  `runner`: where the trials measure.
     """
-    return write.write(wl, root, max_trials=trials, concurrency=concurrency, warm_start=False)
+    return write.write(wl, root, max_trials=trials, concurrency=concurrency, warm_start=False, runner=runner)
 
 
 def nnictl_experiment(folder: Path, tuner: str, port: int, timeout_s: float = 24 * 3600, poll_s: float = 5.0,

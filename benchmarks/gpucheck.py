@@ -1,6 +1,6 @@
 """The GPU check: does this machine measure kernels on its GPU, from a single trial to a whole experiment?
 
-    python -m benchmarks.gpucheck [--trials 32] [--port 8080] [--json FILE]      (make gpu-check)
+    python -m benchmarks.gpucheck [--trials 64] [--port 8080] [--json FILE]      (make gpu-check)
 
 1. The hand-picked config of each of the study's eight workloads, and of tensor-core workloads in each
    element type the GPU has (handpicked.TENSOR_CORE), through the measure path, next to cuBLAS/cuDNN in
@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from experiments.write import auto_concurrency
 from trial.measure import Options, device
 from trial.results import Status
 from trial.target import TargetError
@@ -33,15 +34,17 @@ from .handpicked import HEADER, STUDY, TENSOR_CORE, cells, markdown, measure_all
 EXPERIMENT = "mm/N512K1024M1024"
 
 
-def experiment(workload: str, trials: int, concurrency: int, port: int, target: str) -> dict[str, Any]:
-    """One cold OpEvo experiment through nnictl: what it measured, its best and its pace."""
+def experiment(workload: str, trials: int, concurrency: int | None, port: int, target: str) -> dict[str, Any]:
+    """One cold OpEvo experiment through nnictl (None: this machine's concurrency): what it measured, its
+    best and its pace."""
     os.environ["OPEVO_TARGET"] = target  # the experiment's trials measure where this check does
+    concurrency = concurrency or auto_concurrency(target)
     folder = write_folder(parse_name(workload), Path(tempfile.mkdtemp(prefix="opevo-gpucheck-")), trials, concurrency)
     done = nnictl_experiment(folder, "opevo", port, timeout_s=1800, poll_s=2)
     metrics = [r.metric for r in done.records if r.metric]
     ok = [m for m in metrics if m["status"] == Status.OK]
     end = done.last_end if done.last_end is not None else done.started + done.wall_s
-    return {"workload": workload, "experiment": done.id, "nni_status": done.final, "trials": len(done.records),
+    return {"workload": workload, "experiment": done.id, "concurrency": concurrency, "nni_status": done.final, "trials": len(done.records),
             "measured": len(metrics), "statuses": dict(Counter(m["status"] for m in metrics)),
             "best_gflops": max((m["gflops"] for m in ok), default=0.0), "wall_s": end - done.started,
             "trials_per_s": len(metrics) / max(end - done.started, 1e-9)}
@@ -51,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpucheck", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--trials", type=int, default=32, help="trials of the OpEvo experiment (default 32)")
-    p.add_argument("--concurrency", type=int, default=4, help="the experiment's trialConcurrency (default 4)")
+    p.add_argument("--trials", type=int, default=64, help="trials of the OpEvo experiment (default 64)")
+    p.add_argument("--concurrency", type=int, help="the experiment's trialConcurrency (default: this machine's, "
+                                                   "as `experiments.write` gives it)")
     p.add_argument("--port", type=int, default=8080, help="the experiment's web UI port (default 8080)")
     p.add_argument("--target", default="auto", help="auto (the GPU) or a kind; llvm runs the check on the CPU")
     p.add_argument("--workloads", nargs="+", help="hand-picked workloads (default: the study's eight and the "
@@ -78,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     exp = experiment(args.experiment, args.trials, args.concurrency, args.port, args.target)
     vendor = next((r["vendor"]["gflops"] for r in rows if r["workload"] == args.experiment and "vendor" in r), None)
     print(f"\n## OpEvo through nnictl create ({exp['experiment']}, NNI status {exp['nni_status']})\n")
-    print(markdown(["workload", "trials", "measured", "statuses", "best GFLOPS", "vs vendor", "wall s", "trials/s"],
-                   [[exp["workload"], str(exp["trials"]), str(exp["measured"]),
+    print(markdown(["workload", "trialConcurrency", "trials", "measured", "statuses", "best GFLOPS", "vs vendor",
+                    "wall s", "trials/s"],
+                   [[exp["workload"], str(exp["concurrency"]), str(exp["trials"]), str(exp["measured"]),
                      ", ".join(f"{k} {v}" for k, v in sorted(exp["statuses"].items())), f"{exp['best_gflops']:.1f}",
                      f"{exp['best_gflops'] / vendor:.2f}" if vendor else "-", f"{exp['wall_s']:.1f}",
                      f"{exp['trials_per_s']:.2f}"]]))

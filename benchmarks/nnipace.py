@@ -1,9 +1,10 @@
 """Where an nnictl trial's time goes, and how many trials a second an experiment measures on 1..N GPUs.
 
-    python -m benchmarks.nnipace mm/N512K1024M1024 --trials 128 [--concurrency auto|N] [--gpus 0 0,1 0,1,2,3]
-                                 [--driver] [--tuner opevo] [--port 8080] [--json FILE]
+    python -m benchmarks.nnipace mm/N512K1024M1024 --trials 128 [--gpus 0 0,1 0,1,2,3] [--concurrency auto|N ...]
+                                 [--runner rpc://HOST:PORT/KEY] [--driver] [--tuner opevo] [--port 8080] [--json F]
 
-Per set of GPUs (CUDA_VISIBLE_DEVICES of the experiment, its trials and their measuring service), one
+Per set of GPUs (CUDA_VISIBLE_DEVICES of the experiment, its trials and their measuring service) and
+trialConcurrency (one for all sets, or one a set; auto: `experiments.write.auto_concurrency`), one
 cold experiment through `nnictl create`, as a user starts it, with $OPEVO_TIMELINE set so that each
 trial process and the tuner write their timestamps (trial/timeline.py); joined with NNI's own end time
 of each trial job, they give the mean seconds of each hop of a trial:
@@ -24,7 +25,8 @@ of each trial job, they give the mean seconds of each hop of a trial:
 `trials/s` counts trials from the first trial's start to the last one's end; `incl. start` from
 `nnictl create` (NNI's own start-up included).  --driver also runs the same tuner, budget and
 concurrency through the benchmark driver (no NNI manager, no trial processes) on all the GPUs given
-last, for the rate NNI should approach.
+last, for the rate NNI should approach.  --runner measures through TVM's RPC tracker instead (its servers'
+GPUs; `auto` concurrency counts them).
 """
 from __future__ import annotations
 
@@ -38,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from experiments import registry
-from experiments.write import auto_concurrency
+from experiments.write import auto_concurrency, concurrency_arg
 from trial import timeline
 from trial.inputs import number_type
 from trial.measure import Options
+from trial.remote import LOCAL, add_runner_argument
 from trial.results import Status
 from trial.workload import parse_name
 
@@ -111,12 +114,12 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
 
 
 def experiment(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: str | None, port: int,
-               target: str) -> dict[str, Any]:
-    """One cold nnictl experiment on `gpus` with timelines on: its rates and hops."""
+               target: str, runner: str = LOCAL) -> dict[str, Any]:
+    """One cold nnictl experiment on `gpus` (or through `runner`) with timelines on: its rates and hops."""
     wl = parse_name(wl_name)
     scratch = Path(tempfile.mkdtemp(prefix="opevo-nnipace-"))
     (scratch / "timeline").mkdir()
-    folder = write_folder(wl, scratch, trials, concurrency)
+    folder = write_folder(wl, scratch, trials, concurrency, runner)
     saved = {k: os.environ.get(k) for k in (timeline.ENV, "CUDA_VISIBLE_DEVICES", "OPEVO_TARGET")}
     os.environ.update({timeline.ENV: str(scratch / "timeline"), "OPEVO_TARGET": target})
     if gpus is not None:
@@ -131,7 +134,7 @@ def experiment(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: st
     ok = [m for m in metrics if m["status"] == Status.OK]
     span = pace["span_s"]
     whole = pace["last_end"] - done.started if span else None
-    return {"gpus": gpus or "all", "concurrency": concurrency, "experiment": done.id, "nni_status": done.final,
+    return {"gpus": runner if runner != LOCAL else gpus or "all", "concurrency": concurrency, "experiment": done.id, "nni_status": done.final,
             "trials": len(done.records), "measured": len(metrics), "ok": len(ok),
             "best_gflops": max((m["gflops"] for m in ok), default=0.0),
             "devices": sorted({m.get("device", "") for m in metrics}),
@@ -140,14 +143,15 @@ def experiment(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: st
             "start_s": pace["first_start"] - done.started if span else None, **pace}
 
 
-def driver_rate(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: str | None, target: str) -> float:
+def driver_rate(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: str | None, target: str,
+                runner: str = LOCAL) -> float:
     """Trials a second of the same tuner, budget and concurrency through the benchmark driver."""
     from . import driver
 
     if gpus is not None:  # the driver's measuring service is keyed by the visible devices
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus
     run = driver.run(parse_name(wl_name), tuner, trials, seed=0, workers=concurrency,
-                     options=Options(target=target), records=None, progress=False)
+                     options=Options(target=target, runner=runner), records=None, progress=False)
     return len(run.trials) / run.wall_s
 
 
@@ -173,27 +177,33 @@ def main(argv: list[str] | None = None) -> int:
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("workload", help="op/spec, e.g. mm/N512K1024M1024")
     p.add_argument("--trials", type=number_type(int, 1, 100000), default=128)
-    p.add_argument("--concurrency", default="auto",
-                   help="trialConcurrency: a number, or auto (from the build workers and the GPUs; default)")
+    p.add_argument("--concurrency", nargs="+", default=["auto"], type=concurrency_arg,
+                   help="trialConcurrency: a number, or auto (from the build workers and the GPUs; default); "
+                        "one for every GPU set, or one a set")
     p.add_argument("--gpus", nargs="+", help="CUDA_VISIBLE_DEVICES of each experiment, e.g. 0 0,1 (default: all)")
     p.add_argument("--tuner", default="opevo", choices=sorted(registry.TUNERS))
     p.add_argument("--target", default="auto", help="auto or a kind (llvm: the CPU)")
+    add_runner_argument(p)
     p.add_argument("--driver", action="store_true", help="also run the benchmark driver on the last GPU set")
     p.add_argument("--port", type=number_type(int, 1, 65535), default=8080, help="web UI port")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
+    sets = args.gpus or [None]
+    if len(args.concurrency) not in (1, len(sets)):
+        p.error(f"--concurrency: give one value, or one for each of the {len(sets)} --gpus sets")
     rows = []
-    for gpus in args.gpus or [None]:
+    for gpus, chosen in zip(sets, args.concurrency * len(sets) if len(args.concurrency) == 1 else args.concurrency):
         count = len(gpus.split(",")) if gpus else None
-        concurrency = auto_concurrency(args.target, count) if args.concurrency == "auto" else int(args.concurrency)
-        rows.append(experiment(args.workload, args.tuner, args.trials, concurrency, gpus, args.port, args.target))
+        concurrency = auto_concurrency(args.target, count, args.runner) if chosen == "auto" else chosen
+        rows.append(experiment(args.workload, args.tuner, args.trials, concurrency, gpus, args.port, args.target,
+                               args.runner))
         print(table(rows[-1:]), flush=True)
     print(f"\n## {args.workload}, {args.tuner}, {args.trials} trials through nnictl (devices: "
           f"{', '.join(sorted({d for r in rows for d in r['devices']}))})\n\n{table(rows)}")
     if args.driver:
         last = rows[-1]
         rate = driver_rate(args.workload, args.tuner, args.trials, last["concurrency"], args.gpus[-1] if args.gpus
-                           else None, args.target)
+                           else None, args.target, args.runner)
         print(f"\ndriver, same tuner, budget and concurrency on GPUs {last['gpus']}: {rate:.2f} trials/s; "
               f"nnictl / driver = {last['trials_per_s'] / rate:.2f}")
         rows.append({"driver_trials_per_s": rate})

@@ -39,14 +39,20 @@ IN_FLIGHT_PER_GPU = 16
 lasts three to four seconds, most of it the build on a core of its own."""
 
 
-def auto_concurrency(target: str = "auto", gpus: int | None = None) -> int:
+def auto_concurrency(target: str = "auto", gpus: int | None = None, runner: str = LOCAL) -> int:
     """trialConcurrency for this machine: enough trials in flight for `gpus` GPUs (default: those of
-    `target` here), no more than the measuring service's build workers (one per core) can build at
-    once; on a CPU, where a timing has the cores to itself, `CONCURRENCY`."""
+    `target` through `runner`: this machine's, or the servers under an RPC key), no more than the
+    measuring service's build workers (one per core) build at once; on a CPU, where a timing has the
+    cores to itself, `CONCURRENCY`."""
     if gpus is None:
-        here = device(target)
+        here = device(target, runner)
         gpus = here.num_devices if here.is_gpu else 0
     return max(CONCURRENCY, min(os.cpu_count() or 1, IN_FLIGHT_PER_GPU * gpus))
+
+
+def concurrency_arg(text: str) -> int | str:
+    """A --concurrency value: 1 to 1024, or auto."""
+    return text if text == "auto" else number_type(int, 1, 1024)(text)
 
 
 def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
@@ -119,8 +125,8 @@ def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
     for tuner in [*TUNERS, *BUILTIN_TUNERS]:
         text = yaml.safe_dump(config(wl, tuner, out, max_trials, concurrency, warm_start, target, runner),
                               sort_keys=False)
-        header = (f"# Written by `python -m experiments.write {wl.op} {wl.spec}"
-                  f"{'' if arch is None else ' --arch ' + arch}{'' if runner == LOCAL else ' --runner ' + runner}`.\n")
+        header = (f"# Written by `python -m experiments.write {wl.op} {wl.spec}{'' if arch is None else ' --arch ' + arch}"
+                  f" --concurrency {concurrency}{'' if runner == LOCAL else ' --runner ' + runner}`.\n")
         (out / f"config_{tuner}.yml").write_text(header + text)
     return out
 
@@ -131,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("spec")
     p.add_argument("--root", type=Path, default=EXPERIMENTS, help="where experiment folders go")
     p.add_argument("--max-trials", type=number_type(int, 1, 1_000_000), default=MAX_TRIALS)
-    p.add_argument("--concurrency", type=number_type(int, 1, 1024), default=CONCURRENCY)
+    p.add_argument("--concurrency", type=concurrency_arg, default="auto",
+                   help="trialConcurrency: 1 to 1024, or auto (default): enough trials in flight for this "
+                        f"machine's GPUs ({IN_FLIGHT_PER_GPU} a GPU), at most one per core, {CONCURRENCY} on a CPU")
     p.add_argument("--arch", choices=["auto", *ARCHS],
                    help="the device whose limits the search keeps: an architecture, e.g. sm_90, for a GPU that is "
                         "not here, or auto for whichever runs the experiment (default: the device trials use here)")
@@ -142,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as err:
         p.error(str(err))
     try:
-        print(write(wl, args.root.resolve(), args.max_trials, args.concurrency, arch=args.arch, runner=args.runner))
+        concurrency = auto_concurrency(os.environ.get("OPEVO_TARGET", "auto"), runner=args.runner) \
+            if args.concurrency == "auto" else args.concurrency
+        print(write(wl, args.root.resolve(), args.max_trials, concurrency, arch=args.arch, runner=args.runner))
     except TargetError as err:
         p.error(str(err))
     return 0
