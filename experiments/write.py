@@ -60,7 +60,7 @@ def folder(wl: Workload, root: Path = EXPERIMENTS) -> Path:
 
 
 def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
-           concurrency: int = CONCURRENCY, warm_start: bool = True,
+           concurrency: int = IN_FLIGHT_PER_GPU, warm_start: bool = True,
            target: str | dict[str, Any] = "auto", runner: str = LOCAL) -> dict[str, Any]:
     """The NNI v2 config of `tuner` for `wl`, with paths relative to the folder `out`.
 
@@ -100,11 +100,13 @@ def _target(arch: str | None, runner: str) -> tuple[str | dict[str, Any], Target
 
 
 def write(wl: Workload, root: Path = EXPERIMENTS, max_trials: int = MAX_TRIALS,
-          concurrency: int = CONCURRENCY, warm_start: bool = True, arch: str | None = None,
+          concurrency: int = IN_FLIGHT_PER_GPU, warm_start: bool = True, arch: str | None = None,
           runner: str = LOCAL) -> Path:
     """Write the experiment folder of `wl` under `root`; returns the folder.
 
-    `warm_start`: whether the suite tuners' configs warm-start from the records (see `config`).
+    `concurrency`: trialConcurrency, by default one GPU's (the checked-in folders'; `auto_concurrency`
+    gives this machine's).  `warm_start`: whether the suite tuners' configs warm-start from the records
+    (see `config`).
     `arch`: the device whose rules the search keeps: None, the device trials use here (its limits are
     recorded); "auto", whichever device runs the experiment (the tuner asks when it starts); or an
     architecture of trial/archs.py, e.g. "sm_90", for a GPU that is not here.  `runner`: where the
