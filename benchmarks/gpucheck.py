@@ -44,8 +44,9 @@ def experiment(workload: str, trials: int, concurrency: int | None, port: int, t
     metrics = [r.metric for r in done.records if r.metric]
     ok = [m for m in metrics if m["status"] == Status.OK]
     end = done.last_end if done.last_end is not None else done.started + done.wall_s
-    return {"workload": workload, "experiment": done.id, "concurrency": concurrency, "nni_status": done.final, "trials": len(done.records),
-            "measured": len(metrics), "statuses": dict(Counter(m["status"] for m in metrics)),
+    return {"workload": workload, "experiment": done.id, "concurrency": concurrency, "nni_status": done.final,
+            "trials": len(done.records), "measured": len(metrics),
+            "statuses": dict(Counter(m["status"] for m in metrics)),
             "best_gflops": max((m["gflops"] for m in ok), default=0.0), "wall_s": end - done.started,
             "trials_per_s": len(metrics) / max(end - done.started, 1e-9)}
 

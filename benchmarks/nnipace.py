@@ -36,6 +36,8 @@ import os
 import statistics
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,21 @@ SHOWN_STAGES = ("build", "lock_wait", "run")
 
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
+
+
+@contextmanager
+def _environment(values: dict[str, str | None]) -> Iterator[None]:
+    """This process's environment with `values` set (None: left as it is), restored afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update({key: value for key, value in values.items() if value is not None})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
@@ -120,21 +137,15 @@ def experiment(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: st
     scratch = Path(tempfile.mkdtemp(prefix="opevo-nnipace-"))
     (scratch / "timeline").mkdir()
     folder = write_folder(wl, scratch, trials, concurrency, runner)
-    saved = {k: os.environ.get(k) for k in (timeline.ENV, "CUDA_VISIBLE_DEVICES", "OPEVO_TARGET")}
-    os.environ.update({timeline.ENV: str(scratch / "timeline"), "OPEVO_TARGET": target})
-    if gpus is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpus
-    try:
-        done = nnictl_experiment(folder, tuner, port, poll_s=2)
-    finally:
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    with _environment({timeline.ENV: str(scratch / "timeline"), "OPEVO_TARGET": target, "CUDA_VISIBLE_DEVICES": gpus}):
+        done = nnictl_experiment(folder, tuner, port, poll_s=2)  # NNI's manager and trials inherit them
     pace = trial_hops(timeline.read(str(scratch / "timeline")), done.jobs, concurrency)
     metrics = [r.metric for r in done.records if r.metric]
     ok = [m for m in metrics if m["status"] == Status.OK]
     span = pace["span_s"]
     whole = pace["last_end"] - done.started if span else None
-    return {"gpus": runner if runner != LOCAL else gpus or "all", "concurrency": concurrency, "experiment": done.id, "nni_status": done.final,
+    return {"gpus": runner if runner != LOCAL else gpus or "all", "concurrency": concurrency,
+            "experiment": done.id, "nni_status": done.final,
             "trials": len(done.records), "measured": len(metrics), "ok": len(ok),
             "best_gflops": max((m["gflops"] for m in ok), default=0.0),
             "devices": sorted({m.get("device", "") for m in metrics}),
@@ -148,10 +159,9 @@ def driver_rate(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: s
     """Trials a second of the same tuner, budget and concurrency through the benchmark driver."""
     from . import driver
 
-    if gpus is not None:  # the driver's measuring service is keyed by the visible devices
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpus
-    run = driver.run(parse_name(wl_name), tuner, trials, seed=0, workers=concurrency,
-                     options=Options(target=target, runner=runner), records=None, progress=False)
+    with _environment({"CUDA_VISIBLE_DEVICES": gpus}):  # the measuring service is keyed by the visible devices
+        run = driver.run(parse_name(wl_name), tuner, trials, seed=0, workers=concurrency,
+                         options=Options(target=target, runner=runner), records=None, progress=False)
     return len(run.trials) / run.wall_s
 
 

@@ -135,7 +135,6 @@ def main(argv: list[str] | None = None) -> int:
         timeline.mark("trial_reported", parameter_id=parameter_id)
     if result is not None and not args.no_record:
         _record(args, wl, result)
-    timeline.mark("trial_exiting", parameter_id=parameter_id)
     return 0
 
 
