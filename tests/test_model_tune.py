@@ -233,15 +233,15 @@ def test_a_resume_takes_the_tasks_in_another_order(tmp_path, monkeypatch):
     """Profiled again, two tasks of close times may swap places: still the same tuning, resumed by tune."""
     experiments = {}
 
-    class Rounds(FakeNni):  # tune's NniRounds(out, port), with the fake's experiments kept across runs
-        def __init__(self, out, port, kill_after=None):
+    class Rounds(FakeNni):  # tune's NniRounds(out, pool), with the fake's experiments kept across runs
+        def __init__(self, out, pool, kill_after=None):
             super().__init__(CURVES, experiments, kill_after=kill_after)
 
         def prepare(self, wl, trials):
             pass
 
     monkeypatch.setattr(model_tune, "this_device", lambda target: DEVICE)
-    monkeypatch.setattr(model_tune, "NniRounds", lambda out, port: Rounds(out, port, kill_after=1))
+    monkeypatch.setattr(model_tune, "NniRounds", lambda *args: Rounds(*args, kill_after=1))
     with pytest.raises(KeyboardInterrupt):
         model_tune.tune(TASKS, tmp_path, 8, None, target="llvm")
     assert Manifest.load(tmp_path).in_flight is not None

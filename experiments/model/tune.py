@@ -1,10 +1,11 @@
 """Tune a model's tasks: spend one budget across them by expected gain on the model's time.
 
 `tune(tasks, out, trials, minutes)` gives each task an experiment folder (experiments/write.py) under
-out/experiments/<op>/<spec>/ and one NNI experiment, which runs in rounds (rounds.py: create, then
-resume with a raised trial budget, stopped after each round; watch it in the web UI on `port`).  Which
-task gets the next round is Ansor's gradient task scheduler (scheduler.py), after a warm-up round of
-every task.  out/manifest.json (manifest.py) is rewritten after every step, so a killed run started
+out/experiments/<op>/<spec>/ and one NNI experiment, which runs in rounds (rounds.py: created, then
+its trial budget raised round by round).  An experiment stays running between its rounds, on a web-UI
+port of its own from `port` upwards, at most live.MAX_LIVE at once (live.py); all are stopped when
+`tune` ends, however it ends.  Which task gets the next round is Ansor's gradient task scheduler
+(scheduler.py), after a warm-up round of every task.  out/manifest.json (manifest.py) is rewritten after every step, so a killed run started
 again with the same `out` resumes where it stopped and spends no trial twice.
 
 Before any tuning, a task whose workload has a verified kernel on this device in the records
@@ -25,6 +26,7 @@ from trial.measure import this_device
 from trial.workload import SpecError, Workload, parse_name
 
 from . import knowledge
+from .live import LivePool, stop_left_over
 from .manifest import Entry, Manifest
 from .rounds import NniRounds, RoundResult, Started
 from .scheduler import Progress, pick
@@ -207,15 +209,15 @@ def table(s: dict[str, Any]) -> str:
 def tune(tasks: list[TaskLike], out: Path, trials: int | None, minutes: float | None, target: str = "auto",
          retune: bool = False, port: int = 8080) -> dict[str, Any]:
     """Tune the model's `tasks` within `trials` in all and/or `minutes` of wall time (whichever ends first)
-    on `target` (auto|cuda|rocm|llvm), each task's NNI experiment on web-UI `port`; returns `summary` and
-    prints its table.  `out` holds the experiments and the manifest; a manifest already there (a killed
-    or finished run of the same tasks) is resumed, with the budget given now."""
+    on `target` (auto|cuda|rocm|llvm), the tasks' NNI experiments on web-UI ports from `port` up; returns
+    `summary` and prints its table.  `out` holds the experiments and the manifest; a manifest already
+    there (a killed or finished run of the same tasks) is resumed, with the budget given now."""
     _check(tasks, trials, minutes)
     out = Path(out)
-    with _target(target):
+    with _target(target), LivePool(port) as pool:
         device = this_device(target)
         m = Manifest.load(out)
-        nni = NniRounds(out, port)
+        nni = NniRounds(out, pool)
         if m is None:
             m = plan(tasks, trials, minutes, target, device, retune)
             for e in m.entries:
@@ -224,6 +226,8 @@ def tune(tasks: list[TaskLike], out: Path, trials: int | None, minutes: float | 
             m.save(out)
         else:
             m.check_same([t.workload for t in tasks], device, out)
+            for exp_id in stop_left_over([e.experiment for e in m.entries if e.tuned and e.experiment]):
+                print(f"stopped experiment {exp_id}, left running by an earlier run of {out}", flush=True)
         run(m, out, nni, trials, minutes)
     result = summary(m)
     print(table(result), flush=True)
