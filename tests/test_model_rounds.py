@@ -1,6 +1,7 @@
 """One round of a task's NNI experiment (experiments/model/rounds.py): a failing round with nnictl and NNI's
 REST API faked, then live experiments (experiments/model/live.py) through nnictl on the CPU."""
 import pytest
+import yaml
 from nni_experiment import free_port, managers
 
 from experiments import manager
@@ -41,6 +42,13 @@ def test_a_round_that_fails_stops_its_experiment(tmp_path, monkeypatch, fails):
     assert stopped == expected[fails]
 
 
+def test_the_experiments_are_written_with_the_concurrency_given(tmp_path):
+    config = yaml.safe_load(rounds.NniRounds(tmp_path, LivePool(free_port()), concurrency=16)
+                            .prepare(parse_name("mm/N64K64M64"), 64).read_text())
+    assert config["trialConcurrency"] == 16 == config["tuner"]["classArgs"]["offspring_size"]
+    assert config["maxTrialNumber"] == 64
+
+
 # -- live experiments, through nnictl ----------------------------------------------------------------------
 
 MM, CONV = parse_name("mm/N64K64M64"), parse_name("conv/N1C4HW8F8K3ST1PD1")
@@ -58,7 +66,7 @@ def test_a_second_round_raises_the_budget_of_the_running_experiment(tmp_path):
     has its trials in flight together (a raised budget alone leaves a finished experiment idle)."""
     created = []
     with LivePool(free_port()) as pool:
-        runner = rounds.NniRounds(tmp_path, pool)
+        runner = rounds.NniRounds(tmp_path, pool, concurrency=2)
         first = runner(MM, None, 2, 300.0, created.append)
         port = pool.get(first.experiment).port
         before, pid = manager.profile(port, first.experiment), managers([first.experiment])
@@ -77,7 +85,7 @@ def test_past_the_bound_the_least_recently_used_stops_and_resumes_with_its_trial
     started; b's next round resumes it with its first trials kept, and stops a, now the least recent."""
     said = []
     with LivePool(free_port(), limit=2, say=said.append) as pool:
-        runner = rounds.NniRounds(tmp_path, pool)
+        runner = rounds.NniRounds(tmp_path, pool, concurrency=2)
         a = runner(MM, None, 2, 300.0, lambda exp: None)
         b = runner(CONV, None, 2, 300.0, lambda exp: None)
         b_trials = [r.trial_id for r in manager.trials(pool.get(b.experiment).port)]

@@ -15,9 +15,9 @@ by resuming the same experiment to the same total, and only the trials it lacks 
 keep every measurement in the records store, the knowledge base of later runs.
 
 The configs are experiments/write.py's, with the suite's OpEvo tuner warm-starting from the records
-and trialConcurrency `registry.CONCURRENCY` (4): the measuring service spreads one experiment's
-kernels over every GPU of the host, so on a host of more GPUs than that the concurrency (write's
-`concurrency`) is what to raise.
+and trialConcurrency `write.auto_concurrency(target)`: the measuring service spreads one experiment's
+kernels over every GPU of the host, so the trials in flight are enough for all of them (OpEvo's
+offspring_size is raised to match by the writer); tune.py sizes the rounds from it.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ import yaml
 from trial.workload import Workload
 
 from .. import manager, write
+from ..registry import CONCURRENCY
 from .live import LivePool
 
 TUNER = "opevo"
@@ -51,17 +52,18 @@ Started = Callable[[str], None]
 
 
 class NniRounds:
-    """Runs rounds of the tasks' experiments under `out`, left running in `pool` (live.py) between rounds."""
+    """Runs rounds of the tasks' experiments under `out`, left running in `pool` (live.py) between rounds;
+    the experiments are written with trialConcurrency `concurrency`."""
 
-    def __init__(self, out: Path, pool: LivePool) -> None:
-        self.out, self.pool = out, pool
+    def __init__(self, out: Path, pool: LivePool, concurrency: int = CONCURRENCY) -> None:
+        self.out, self.pool, self.concurrency = out, pool, concurrency
 
     def config(self, wl: Workload) -> Path:
         return write.folder(wl, self.out / "experiments") / f"config_{TUNER}.yml"
 
     def prepare(self, wl: Workload, trials: int) -> Path:
         """Write the task's experiment folder (experiments/write.py) with NNI's files under out/nni."""
-        write.write(wl, self.out / "experiments", max_trials=trials)
+        write.write(wl, self.out / "experiments", max_trials=trials, concurrency=self.concurrency)
         return self._edit(wl, trials)
 
     def _edit(self, wl: Workload, trials: int) -> Path:

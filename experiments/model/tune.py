@@ -25,15 +25,23 @@ from typing import Any, Protocol
 from trial.measure import this_device
 from trial.workload import SpecError, Workload, parse_name
 
+from .. import write
+from ..registry import CONCURRENCY
 from . import knowledge
 from .live import LivePool, stop_left_over
 from .manifest import Entry, Manifest
 from .rounds import NniRounds, RoundResult, Started
 from .scheduler import Progress, pick
 
-ROUND_TRIALS = 32  # trials of a round at most: four generations of OpEvo's 8 offspring
+ROUND_TRIALS = 32  # trials of a round at most on a CPU: four generations of OpEvo's 8 offspring
+ROUND_WAVES = 4
+"""A round holds at least this many waves of trials (trialConcurrency each; OpEvo's offspring_size is the
+concurrency, so a wave is a generation): a round ends when its last trial does, and the GPUs idle while
+NNI waits for the last wave's stragglers, so a round of one or two waves idles for a large part of it;
+four keep that tail to about an eighth.  Only a trial budget too small to pay for it cuts rounds shorter."""
 MIN_ROUND_TRIALS = 2  # the warm-up round must measure at least this many configurations a task
 WARMUP_TRIALS = 8  # a task's first round under a time budget: one generation of OpEvo's 8 parents
+WARMUP_WAVES = 2  # ... and at least two waves of trials, for the GPUs
 DAY_S = 24 * 3600.0  # the longest a round of a trial budget may take (experiments.tune's default)
 
 
@@ -64,21 +72,23 @@ def _target(target: str) -> Iterator[None]:
             os.environ["OPEVO_TARGET"] = before
 
 
-def round_trials(trials: int | None, n_tasks: int) -> int:
-    """Trials of a round: `ROUND_TRIALS`, cut so the warm-up round takes at most half a trial budget;
-    ValueError where the budget cannot pay a warm-up round of `MIN_ROUND_TRIALS` a task.
+def round_trials(trials: int | None, n_tasks: int, concurrency: int = CONCURRENCY) -> int:
+    """Trials of a round: `ROUND_TRIALS` or `ROUND_WAVES` waves of `concurrency` trials, whichever is more,
+    cut so the warm-up round takes at most half a trial budget; ValueError where the budget cannot pay a
+    warm-up round of `MIN_ROUND_TRIALS` a task.
 
     Ansor cuts its round (num_measures_per_round, 64) to budget // tasks, so any budget under 64 trials
     a task is spent in the warm-up alone, i.e. round-robin; half leaves the rest to the gradient.
     """
+    full = max(ROUND_TRIALS, ROUND_WAVES * concurrency)
     if trials is None:
-        return ROUND_TRIALS
+        return full
     if trials < n_tasks * MIN_ROUND_TRIALS:
         need = n_tasks * MIN_ROUND_TRIALS
         raise ValueError(f"a budget of {trials} trials is smaller than the warm-up round: {n_tasks} task"
                          f"{'s' * (n_tasks > 1)} to tune x {MIN_ROUND_TRIALS} trials = {need}; give at least "
                          f"{need} trials (or a time budget)")
-    return min(ROUND_TRIALS, max(trials // (2 * n_tasks), MIN_ROUND_TRIALS))
+    return min(full, max(trials // (2 * n_tasks), MIN_ROUND_TRIALS))
 
 
 def _entry(task: TaskLike, device: str, retune: bool) -> tuple[Entry, Workload | None]:
@@ -105,8 +115,9 @@ def _entry(task: TaskLike, device: str, retune: bool) -> tuple[Entry, Workload |
 
 
 def plan(tasks: list[TaskLike], trials: int | None, minutes: float | None, target: str, device: str,
-         retune: bool) -> Manifest:
-    """The manifest of a new run: every task parsed and looked up in the records."""
+         retune: bool, concurrency: int = CONCURRENCY) -> Manifest:
+    """The manifest of a new run: every task parsed and looked up in the records; rounds sized for
+    experiments of trialConcurrency `concurrency`."""
     entries, seen = [], {}
     for task in tasks:
         entry, wl = _entry(task, device, retune)
@@ -116,11 +127,11 @@ def plan(tasks: list[TaskLike], trials: int | None, minutes: float | None, targe
             seen[wl.key] = task.workload
         entries.append(entry)
     to_tune = sum(e.tuned for e in entries)
-    size = round_trials(trials, to_tune) if to_tune else 0
+    size = round_trials(trials, to_tune, concurrency) if to_tune else 0
     # Under a time budget the rate is unknown, so the warm-up round is kept short: every task is measured
     # and weighed by the scheduler before any gets a full round (with 24 tasks and rounds of 32, seven
     # minutes on an H200 reached 9 of them).
-    warmup = min(size, WARMUP_TRIALS) if trials is None else size
+    warmup = min(size, max(WARMUP_TRIALS, WARMUP_WAVES * concurrency)) if trials is None else size
     return Manifest(target, device, trials, minutes, size, entries, warmup_trials=warmup)
 
 
@@ -217,9 +228,10 @@ def tune(tasks: list[TaskLike], out: Path, trials: int | None, minutes: float | 
     with _target(target), LivePool(port) as pool:
         device = this_device(target)
         m = Manifest.load(out)
-        nni = NniRounds(out, pool)
+        concurrency = write.auto_concurrency(target)
+        nni = NniRounds(out, pool, concurrency)
         if m is None:
-            m = plan(tasks, trials, minutes, target, device, retune)
+            m = plan(tasks, trials, minutes, target, device, retune, concurrency)
             for e in m.entries:
                 if e.tuned:
                     nni.prepare(parse_name(e.workload), m.round_trials)
