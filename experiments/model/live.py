@@ -22,6 +22,7 @@ from __future__ import annotations
 import socket
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psutil
@@ -101,13 +102,16 @@ class LivePool:
             self.say(f"stopped experiment {exp_id} on port {live.port} ({why})")
 
     def close(self) -> None:
-        """Stop every live experiment, even where stopping one fails."""
-        while self.live:
-            exp_id = next(iter(self.live))
+        """Stop every live experiment, all at once (a manager takes seconds to shut down: 8 one after the
+        other would add a minute to the run's end), each whatever happens to the others."""
+        def stop(exp_id: str) -> None:
             try:
                 self.stop(exp_id)
             except Exception:  # noqa: BLE001 - the others must still be stopped
                 self.live.pop(exp_id, None)
+
+        with ThreadPoolExecutor(max_workers=max(len(self.live), 1)) as threads:
+            list(threads.map(stop, list(self.live)))
 
     def __enter__(self) -> LivePool:
         return self
