@@ -1,11 +1,15 @@
 """One round of a task's NNI experiment (experiments/model/rounds.py): a failing round with nnictl and NNI's
 REST API faked, then live experiments (experiments/model/live.py) through nnictl on the CPU."""
+import json
+import sqlite3
+from contextlib import closing
+
 import pytest
 import yaml
-from nni_experiment import free_port, managers
+from nni_experiment import free_port, managers, write_config
 
 from experiments import manager
-from experiments.model import rounds
+from experiments.model import live, rounds
 from experiments.model.live import LivePool
 from trial.workload import parse_name
 
@@ -98,3 +102,21 @@ def test_past_the_bound_the_least_recently_used_stops_and_resumes_with_its_trial
         assert [r.trial_id for r in manager.trials(pool.get(b.experiment).port)][:2] == b_trials
         assert set(managers([a.experiment, b.experiment, c.experiment])) == {b.experiment, c.experiment}
     assert managers([a.experiment, b.experiment, c.experiment]) == {}
+
+
+def test_a_left_over_experiment_is_stopped_with_its_concurrency_set_back(tmp_path):
+    """A killed tune's live experiment, its trialConcurrency raised by its rounds, is stopped by the next
+    tune with the configured concurrency stored, which its resume asks the tuner for."""
+    config = write_config(tmp_path, "mm/N64K64M64", "opevo", 2, concurrency=2)
+    port = free_port()
+    exp_id = manager.create(config, port)
+    try:
+        manager.update(port, exp_id, "trialConcurrency", 6)
+        assert live.stop_left_over([exp_id, "nosuchexp"], 2) == [exp_id]
+        assert managers([exp_id]) == {} and live.running([exp_id]) == {}
+    finally:
+        manager.nnictl("stop", exp_id, check=False)
+    db = tmp_path / "nni" / exp_id / "db" / "nni.sqlite"
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        (params,) = conn.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
+    assert json.loads(params)["trialConcurrency"] == 2

@@ -120,25 +120,32 @@ class LivePool:
         self.close()
 
 
-def running(experiments: list[str]) -> list[str]:
-    """Those of `experiments` whose NNI manager is alive, by NNI's record of nnictl's experiments (its
-    status there stays RUNNING for a manager killed with its run, so the process itself is checked)."""
+def running(experiments: list[str]) -> dict[str, int]:
+    """{id: web-UI port} of those of `experiments` whose NNI manager is alive, by NNI's record of
+    nnictl's experiments (its status there stays RUNNING for a manager killed with its run, so the
+    process itself is checked)."""
     from nni.tools.nnictl.config_utils import Experiments
 
     known = Experiments().get_all_experiments()
-    alive = []
+    alive = {}
     for exp_id in experiments:
         info = known.get(exp_id)
         pid = info.get("pid") if isinstance(info, dict) else None
         if pid and info.get("status") != "STOPPED" and psutil.pid_exists(pid):
-            alive.append(exp_id)
+            alive[exp_id] = info.get("port")
     return alive
 
 
-def stop_left_over(experiments: list[str]) -> list[str]:
+def stop_left_over(experiments: list[str], concurrency: int) -> list[str]:
     """Stop those of `experiments` that still run: managers a killed `tune` left (SIGKILL runs no
-    `close`), which would hold their ports and CPU; returns the ids stopped."""
+    `close`), which would hold their ports and CPU; each gets its trialConcurrency `concurrency` back
+    first (a live one's grows round by round), so its resume asks for that many trials.  Returns the
+    ids stopped."""
     found = running(experiments)
-    for exp_id in found:
+    for exp_id, port in found.items():
+        try:
+            manager.update(port, exp_id, "trialConcurrency", concurrency)  # checks the port serves exp_id
+        except (OSError, RuntimeError, ValueError, TypeError):
+            pass  # not answering, or the port is another's now: its stored profile stands
         manager.nnictl("stop", exp_id, check=False)
-    return found
+    return list(found)

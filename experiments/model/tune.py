@@ -238,7 +238,8 @@ def tune(tasks: list[TaskLike], out: Path, trials: int | None, minutes: float | 
             m.save(out)
         else:
             m.check_same([t.workload for t in tasks], device, out)
-            for exp_id in stop_left_over([e.experiment for e in m.entries if e.tuned and e.experiment]):
+            left = [e.experiment for e in m.entries if e.tuned and e.experiment]
+            for exp_id in stop_left_over(left, concurrency):
                 print(f"stopped experiment {exp_id}, left running by an earlier run of {out}", flush=True)
         run(m, out, nni, trials, minutes)
     result = summary(m)
