@@ -100,6 +100,32 @@ def _start(*args: str) -> None:
         raise _failed(args, done)
 
 
+UPDATE_TYPES = {"maxTrialNumber": "MAX_TRIAL_NUM", "trialConcurrency": "TRIAL_CONCURRENCY"}
+"""The profile keys `update` sets, with the manager's update_type for each (NNI 3.0, nnictl/updater.py)."""
+
+
+def profile(port: int, exp_id: str) -> dict[str, Any]:
+    """The experiment profile served on `port`, after checking it is `exp_id`'s: a port is only a number,
+    and after a restart another experiment (or another user's) may hold it."""
+    found = _api(port, "/experiment")
+    if found.get("id") != exp_id:
+        raise RuntimeError(f"port {port} serves experiment {found.get('id')!r}, not {exp_id}")
+    return found
+
+
+def update(port: int, exp_id: str, key: str, value: int) -> None:
+    """Set `key` (maxTrialNumber or trialConcurrency) of the running experiment `exp_id`, as
+    `nnictl update trialnum|concurrency` does (the whole profile PUT back with the one value changed),
+    without the start-up of an nnictl process."""
+    if key not in UPDATE_TYPES:
+        raise ValueError(f"cannot update {key!r}: one of {', '.join(UPDATE_TYPES)}")
+    found = profile(port, exp_id)
+    found["params"][key] = value
+    resp = requests.put(f"http://127.0.0.1:{port}/api/v1/nni/experiment?update_type={UPDATE_TYPES[key]}",
+                        json=found, timeout=10)
+    resp.raise_for_status()
+
+
 def status(port: int) -> str:
     return _api(port, "/check-status")["status"]
 

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import yaml
 
 from experiments import tune, write
@@ -60,3 +61,16 @@ def running(config: Path, port: int) -> Iterator[str]:
             tune.nnictl("stop", exp_id, check=False)
         else:
             tune.nnictl("stop", "--port", str(port), check=False)
+
+
+def managers(exp_ids) -> dict[str, int]:
+    """{experiment id: pid} of the NNI managers alive for `exp_ids`: node processes running NNI's main.js
+    with the id on their command line (what runs, not what nnictl's registry remembers)."""
+    found = {}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if any(arg.endswith("main.js") for arg in cmdline):
+            for exp_id in exp_ids:
+                if exp_id and exp_id in cmdline:
+                    found[exp_id] = proc.info["pid"]
+    return found

@@ -164,6 +164,14 @@ def test_a_time_budget_stops_when_time_is_up(tmp_path):
     assert resumed.spent == m.spent  # the minutes were spent before the restart
 
 
+def test_rounds_hold_four_waves_of_the_concurrency_unless_the_budget_is_small():
+    assert model_tune.round_trials(None, 3, concurrency=4) == model_tune.ROUND_TRIALS == 32  # a CPU: 8 waves
+    assert model_tune.round_trials(None, 3, concurrency=64) == model_tune.round_trials(10**5, 3, 64) == 4 * 64
+    assert model_tune.round_trials(12, 2, concurrency=64) == 3  # a small budget: half of it the warm-up
+    m = model_tune.plan(TASKS, None, 5, "llvm", DEVICE, retune=False, concurrency=64)
+    assert (m.round_trials, m.warmup_trials) == (256, 128)  # the warm-up under a time budget: two waves
+
+
 # -- the knowledge base and bad input --------------------------------------------------------------------
 
 def record(workload: str, device: str) -> None:
@@ -233,15 +241,15 @@ def test_a_resume_takes_the_tasks_in_another_order(tmp_path, monkeypatch):
     """Profiled again, two tasks of close times may swap places: still the same tuning, resumed by tune."""
     experiments = {}
 
-    class Rounds(FakeNni):  # tune's NniRounds(out, port), with the fake's experiments kept across runs
-        def __init__(self, out, port, kill_after=None):
+    class Rounds(FakeNni):  # tune's NniRounds(out, pool, concurrency), the fake's experiments kept
+        def __init__(self, out, pool, concurrency, kill_after=None):
             super().__init__(CURVES, experiments, kill_after=kill_after)
 
         def prepare(self, wl, trials):
             pass
 
     monkeypatch.setattr(model_tune, "this_device", lambda target: DEVICE)
-    monkeypatch.setattr(model_tune, "NniRounds", lambda out, port: Rounds(out, port, kill_after=1))
+    monkeypatch.setattr(model_tune, "NniRounds", lambda *args: Rounds(*args, kill_after=1))
     with pytest.raises(KeyboardInterrupt):
         model_tune.tune(TASKS, tmp_path, 8, None, target="llvm")
     assert Manifest.load(tmp_path).in_flight is not None

@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     budget.add_argument("--trials", type=number_type(int, 1, 10**7), help="trials in all, across tasks")
     budget.add_argument("--minutes", type=number_type(float, 0.1, 10**6), help="minutes in all")
     tune.add_argument("--retune", action="store_true", help="measure tasks the records already hold")
-    tune.add_argument("--port", type=number_type(int, 1024, 65535), default=8080, help="NNI web UI port")
+    tune.add_argument("--port", type=number_type(int, 1024, 65535), default=8080,
+                      help="the first NNI web-UI port: each running experiment takes one, from this one up")
     report = sub.add_parser("report", parents=[common], help="apply the tuned kernels and report")
     report.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     return parser

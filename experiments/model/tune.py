@@ -1,10 +1,11 @@
 """Tune a model's tasks: spend one budget across them by expected gain on the model's time.
 
 `tune(tasks, out, trials, minutes)` gives each task an experiment folder (experiments/write.py) under
-out/experiments/<op>/<spec>/ and one NNI experiment, which runs in rounds (rounds.py: create, then
-resume with a raised trial budget, stopped after each round; watch it in the web UI on `port`).  Which
-task gets the next round is Ansor's gradient task scheduler (scheduler.py), after a warm-up round of
-every task.  out/manifest.json (manifest.py) is rewritten after every step, so a killed run started
+out/experiments/<op>/<spec>/ and one NNI experiment, which runs in rounds (rounds.py: created, then
+its trial budget raised round by round).  An experiment stays running between its rounds, on a web-UI
+port of its own from `port` upwards, at most live.MAX_LIVE at once (live.py); all are stopped when
+`tune` ends, however it ends.  Which task gets the next round is Ansor's gradient task scheduler
+(scheduler.py), after a warm-up round of every task.  out/manifest.json (manifest.py) is rewritten after every step, so a killed run started
 again with the same `out` resumes where it stopped and spends no trial twice.
 
 Before any tuning, a task whose workload has a verified kernel on this device in the records
@@ -24,14 +25,23 @@ from typing import Any, Protocol
 from trial.measure import this_device
 from trial.workload import SpecError, Workload, parse_name
 
+from .. import write
+from ..registry import CONCURRENCY
 from . import knowledge
+from .live import LivePool, stop_left_over
 from .manifest import Entry, Manifest
 from .rounds import NniRounds, RoundResult, Started
 from .scheduler import Progress, pick
 
-ROUND_TRIALS = 32  # trials of a round at most: four generations of OpEvo's 8 offspring
+ROUND_TRIALS = 32  # trials of a round at most on a CPU: four generations of OpEvo's 8 offspring
+ROUND_WAVES = 4
+"""A round holds at least this many waves of trials (trialConcurrency each; OpEvo's offspring_size is the
+concurrency, so a wave is a generation): a round ends when its last trial does, and the GPUs idle while
+NNI waits for the last wave's stragglers, so a round of one or two waves idles for a large part of it;
+four keep that tail to about an eighth.  Only a trial budget too small to pay for it cuts rounds shorter."""
 MIN_ROUND_TRIALS = 2  # the warm-up round must measure at least this many configurations a task
 WARMUP_TRIALS = 8  # a task's first round under a time budget: one generation of OpEvo's 8 parents
+WARMUP_WAVES = 2  # ... and at least two waves of trials, for the GPUs
 DAY_S = 24 * 3600.0  # the longest a round of a trial budget may take (experiments.tune's default)
 
 
@@ -62,21 +72,23 @@ def _target(target: str) -> Iterator[None]:
             os.environ["OPEVO_TARGET"] = before
 
 
-def round_trials(trials: int | None, n_tasks: int) -> int:
-    """Trials of a round: `ROUND_TRIALS`, cut so the warm-up round takes at most half a trial budget;
-    ValueError where the budget cannot pay a warm-up round of `MIN_ROUND_TRIALS` a task.
+def round_trials(trials: int | None, n_tasks: int, concurrency: int = CONCURRENCY) -> int:
+    """Trials of a round: `ROUND_TRIALS` or `ROUND_WAVES` waves of `concurrency` trials, whichever is more,
+    cut so the warm-up round takes at most half a trial budget; ValueError where the budget cannot pay a
+    warm-up round of `MIN_ROUND_TRIALS` a task.
 
     Ansor cuts its round (num_measures_per_round, 64) to budget // tasks, so any budget under 64 trials
     a task is spent in the warm-up alone, i.e. round-robin; half leaves the rest to the gradient.
     """
+    full = max(ROUND_TRIALS, ROUND_WAVES * concurrency)
     if trials is None:
-        return ROUND_TRIALS
+        return full
     if trials < n_tasks * MIN_ROUND_TRIALS:
         need = n_tasks * MIN_ROUND_TRIALS
         raise ValueError(f"a budget of {trials} trials is smaller than the warm-up round: {n_tasks} task"
                          f"{'s' * (n_tasks > 1)} to tune x {MIN_ROUND_TRIALS} trials = {need}; give at least "
                          f"{need} trials (or a time budget)")
-    return min(ROUND_TRIALS, max(trials // (2 * n_tasks), MIN_ROUND_TRIALS))
+    return min(full, max(trials // (2 * n_tasks), MIN_ROUND_TRIALS))
 
 
 def _entry(task: TaskLike, device: str, retune: bool) -> tuple[Entry, Workload | None]:
@@ -103,8 +115,9 @@ def _entry(task: TaskLike, device: str, retune: bool) -> tuple[Entry, Workload |
 
 
 def plan(tasks: list[TaskLike], trials: int | None, minutes: float | None, target: str, device: str,
-         retune: bool) -> Manifest:
-    """The manifest of a new run: every task parsed and looked up in the records."""
+         retune: bool, concurrency: int = CONCURRENCY) -> Manifest:
+    """The manifest of a new run: every task parsed and looked up in the records; rounds sized for
+    experiments of trialConcurrency `concurrency`."""
     entries, seen = [], {}
     for task in tasks:
         entry, wl = _entry(task, device, retune)
@@ -114,11 +127,11 @@ def plan(tasks: list[TaskLike], trials: int | None, minutes: float | None, targe
             seen[wl.key] = task.workload
         entries.append(entry)
     to_tune = sum(e.tuned for e in entries)
-    size = round_trials(trials, to_tune) if to_tune else 0
+    size = round_trials(trials, to_tune, concurrency) if to_tune else 0
     # Under a time budget the rate is unknown, so the warm-up round is kept short: every task is measured
     # and weighed by the scheduler before any gets a full round (with 24 tasks and rounds of 32, seven
     # minutes on an H200 reached 9 of them).
-    warmup = min(size, WARMUP_TRIALS) if trials is None else size
+    warmup = min(size, max(WARMUP_TRIALS, WARMUP_WAVES * concurrency)) if trials is None else size
     return Manifest(target, device, trials, minutes, size, entries, warmup_trials=warmup)
 
 
@@ -207,23 +220,27 @@ def table(s: dict[str, Any]) -> str:
 def tune(tasks: list[TaskLike], out: Path, trials: int | None, minutes: float | None, target: str = "auto",
          retune: bool = False, port: int = 8080) -> dict[str, Any]:
     """Tune the model's `tasks` within `trials` in all and/or `minutes` of wall time (whichever ends first)
-    on `target` (auto|cuda|rocm|llvm), each task's NNI experiment on web-UI `port`; returns `summary` and
-    prints its table.  `out` holds the experiments and the manifest; a manifest already there (a killed
-    or finished run of the same tasks) is resumed, with the budget given now."""
+    on `target` (auto|cuda|rocm|llvm), the tasks' NNI experiments on web-UI ports from `port` up; returns
+    `summary` and prints its table.  `out` holds the experiments and the manifest; a manifest already
+    there (a killed or finished run of the same tasks) is resumed, with the budget given now."""
     _check(tasks, trials, minutes)
     out = Path(out)
-    with _target(target):
+    with _target(target), LivePool(port) as pool:
         device = this_device(target)
         m = Manifest.load(out)
-        nni = NniRounds(out, port)
+        concurrency = write.auto_concurrency(target)
+        nni = NniRounds(out, pool, concurrency)
         if m is None:
-            m = plan(tasks, trials, minutes, target, device, retune)
+            m = plan(tasks, trials, minutes, target, device, retune, concurrency)
             for e in m.entries:
                 if e.tuned:
                     nni.prepare(parse_name(e.workload), m.round_trials)
             m.save(out)
         else:
             m.check_same([t.workload for t in tasks], device, out)
+            left = [e.experiment for e in m.entries if e.tuned and e.experiment]
+            for exp_id in stop_left_over(left, concurrency):
+                print(f"stopped experiment {exp_id}, left running by an earlier run of {out}", flush=True)
         run(m, out, nni, trials, minutes)
     result = summary(m)
     print(table(result), flush=True)
