@@ -167,6 +167,24 @@ def test_tune_says_a_tuned_kernel_exists_instead_of_tuning_again(tmp_path, capsy
     assert "python -m trial.records export mm/N32K32M32PNN" in out and "RETUNE=1" in out
 
 
+def test_tune_looks_for_a_tuned_kernel_on_the_device_its_trials_use(tmp_path, monkeypatch):
+    """A kernel recorded on this machine's device does not count for an experiment whose trials measure
+    behind an RPC runner: with no tracker answering, that device is unknown and the experiment starts."""
+    from experiments import tune, write
+    from trial.target import resolve
+
+    folder = write.write(WL, tmp_path / "experiments", max_trials=4, concurrency=1, arch="auto",
+                         runner="rpc://127.0.0.1:9/nothing")
+    Records().append(WL, fake(42.0, 1, device=resolve("auto").device_name), "exp0", "t0", "opevo")
+
+    def create(config, port):
+        raise RuntimeError("starts")
+
+    monkeypatch.setattr(tune, "create", create)
+    with pytest.raises(RuntimeError, match="starts"):
+        tune.main([str(folder / "config_opevo.yml"), "--port", "1"])
+
+
 def test_a_bad_workload_name_is_a_clear_error(tmp_path, capsys):
     for argv in (["list", "--workload", "mm"], ["best", "mm/N0K1M1"]):
         with pytest.raises(SystemExit) as exit_info:
