@@ -3,6 +3,7 @@ measuring a few configurations of each through the suite's own measure path on l
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,16 @@ TINY_TASKS = {  # from the model's definition (batch 2, 3x16x16 images, width 32
     "mm/N2K32M10PNT": 1,  # the head
 }
 CONFIGS = 3  # per task: the template's hand-picked one and two drawn from its space
+
+
+@dataclass(frozen=True)
+class Task:
+    """A model's task as `tune` reads it (experiments.model.tasks.Task's fields that tuning uses)."""
+
+    workload: str
+    count: int
+    time_ms: float
+    share: float
 
 
 def tiny_model():

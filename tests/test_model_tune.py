@@ -1,9 +1,9 @@
 """Tuning a model's tasks: the scheduler's allocation, resume after a kill, the records as a knowledge base,
 bad input, and one end-to-end run through nnictl on the CPU."""
 import json
-from dataclasses import dataclass
 
 import pytest
+from model_fixtures import Task
 from nni_experiment import free_port
 
 from experiments import tune as nnictl_runner
@@ -17,14 +17,6 @@ from trial.templates.matmul import UNROLL_STEPS, VECTOR_WIDTHS
 from trial.workload import parse_name
 
 DEVICE = "Test CPU"
-
-
-@dataclass(frozen=True)
-class Task:
-    workload: str
-    count: int
-    time_ms: float
-    share: float
 
 
 class FakeNni:

@@ -6,22 +6,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import dataclass
 
 import pytest
+from model_fixtures import Task
 from nni_experiment import free_port, managers
 
 from experiments.manager import nnictl
 from experiments.model import tune as model_tune
 from experiments.model.manifest import Manifest
-
-
-@dataclass(frozen=True)
-class Task:
-    workload: str
-    count: int
-    time_ms: float
-    share: float
 
 
 TASKS = [Task("mm/N64K64M64", 3, 0.05, 0.6), Task("conv/N1C4HW8F8K3ST1PD1", 1, 0.05, 0.4)]
