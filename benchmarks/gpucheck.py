@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.write import auto_concurrency
+from trial.inputs import number_type
 from trial.measure import Options, device
 from trial.results import Status
 from trial.target import TargetError
@@ -38,7 +39,7 @@ def experiment(workload: str, trials: int, concurrency: int | None, port: int, t
     """One cold OpEvo experiment through nnictl (None: this machine's concurrency): what it measured, its
     best and its pace."""
     os.environ["OPEVO_TARGET"] = target  # the experiment's trials measure where this check does
-    concurrency = concurrency or auto_concurrency(target)
+    concurrency = auto_concurrency(target) if concurrency is None else concurrency
     folder = write_folder(parse_name(workload), Path(tempfile.mkdtemp(prefix="opevo-gpucheck-")), trials, concurrency)
     done = nnictl_experiment(folder, "opevo", port, timeout_s=1800, poll_s=2)
     metrics = [r.metric for r in done.records if r.metric]
@@ -56,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--trials", type=int, default=64, help="trials of the OpEvo experiment (default 64)")
-    p.add_argument("--concurrency", type=int, help="the experiment's trialConcurrency (default: this machine's, "
-                                                   "as `experiments.write` gives it)")
+    p.add_argument("--concurrency", type=number_type(int, 1, 1024),
+                   help="the experiment's trialConcurrency, 1 to 1024 (default: this machine's, as "
+                        "`experiments.write` gives it)")
     p.add_argument("--port", type=int, default=8080, help="the experiment's web UI port (default 8080)")
     p.add_argument("--target", default="auto", help="auto (the GPU) or a kind; llvm runs the check on the CPU")
     p.add_argument("--workloads", nargs="+", help="hand-picked workloads (default: the study's eight and the "

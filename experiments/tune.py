@@ -19,7 +19,7 @@ from pathlib import Path
 from trial.command import read_trial_command, trial_runner
 from trial.inputs import number_type
 from trial.measure import this_device
-from trial.records import Record, Records, as_template_takes, default_path
+from trial.records import Record, Records, default_path
 from trial.target import TargetError
 from trial.workload import parse
 
@@ -33,7 +33,7 @@ from .summary import summary
 def tuned_before(trial_command: str) -> Record | None:
     """The best recorded verified kernel of the trial command's workload on the device its trials measure
     on (this machine's, or the one behind its `--runner`) whose knobs fit the template (as it takes them
-    now: `as_template_takes`), if any; None also where that device cannot be reached now (the trials
+    now: `Records.best_kernel`), if any; None also where that device cannot be reached now (the trials
     then report why)."""
     found = read_trial_command(trial_command)
     if not found or not default_path().exists():
@@ -43,8 +43,7 @@ def tuned_before(trial_command: str) -> Record | None:
         where = this_device(os.environ.get("OPEVO_TARGET", "auto"), trial_runner(trial_command))
     except TargetError:
         return None
-    best_found = Records().best(wl.key, where, fits=as_template_takes(wl))
-    return best_found[0] if best_found else None
+    return Records().best_kernel(wl, where)
 
 
 def _known(known: Record, config: Path) -> str:

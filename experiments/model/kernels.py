@@ -27,7 +27,7 @@ import torch
 
 from trial.measure import Options, measure
 from trial.records import Records
-from trial.records.store import as_template_takes, params_key
+from trial.records.store import params_key
 from trial.results import Status
 from trial.target import Target
 from trial.workload import parse_name
@@ -79,9 +79,7 @@ def _(a: torch.Tensor, b: torch.Tensor, kernel_id: str) -> torch.Tensor:
 def best(workload: str, target: Target | None, records: Records | None = None) -> Any:
     """The fastest verified record of `workload` on this device (None: on any device), its knobs as the
     template takes them now; None if there is none."""
-    found = (records or Records()).best(workload, target.device_name if target else None,
-                                        fits=as_template_takes(parse_name(workload)))
-    return found[0] if found else None
+    return (records or Records()).best_kernel(parse_name(workload), target.device_name if target else None)
 
 
 def folder(workload: str, params: dict[str, Any], target: Target, records: Records | None = None) -> Path:

@@ -2,8 +2,8 @@
 
 Every trial keeps its measurement in the records store (trial/records), so a kernel tuned for one model
 serves every later model with the same shape.  A task whose workload has a verified kernel on this
-device, with knobs that one of the op's templates takes now (`as_template_takes`, as `make tune` checks
-in experiments/tune.py), is not measured again unless the user asks to retune.  Records of the same
+device, with knobs that one of the op's templates takes now (`Records.best_kernel`, as `make tune`
+checks in experiments/tune.py), is not measured again unless the user asks to retune.  Records of the same
 workload on other devices do not count, but are named, so the user knows why it is tuned afresh.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from trial.records import Record, Records, as_template_takes, default_path
+from trial.records import Record, Records, default_path
 from trial.workload import Workload
 
 
@@ -28,9 +28,9 @@ def lookup(wl: Workload, device: str) -> Known:
     if not default_path().exists():
         return Known(None)
     store = Records()
-    found = store.best(wl.key, device, fits=as_template_takes(wl))
+    found = store.best_kernel(wl, device)
     if found:
-        return Known(found[0])
+        return Known(found)
     elsewhere = Counter(r.device for r in store.query(wl.key, status="ok") if r.device != device)
     if not elsewhere:
         return Known(None)

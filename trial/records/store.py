@@ -201,6 +201,12 @@ class Records:
                 break
         return out
 
+    def best_kernel(self, wl: Workload, device: str | None) -> Record | None:
+        """The fastest verified kernel of `wl` on `device` (None: any) whose knobs one of the op's templates
+        takes now, with its knobs as that template takes them (`as_template_takes`); None if there is none."""
+        found = self.best(wl.key, device, fits=as_template_takes(wl))
+        return found[0] if found else None
+
 
 def decode_metric(data: str) -> Any:
     """A final metric as NNI stores it: JSON, whose value may itself be a JSON string."""
