@@ -22,15 +22,21 @@ from tuners.na2c import NA2CTuner
 from tuners.opevo import OpEvoTuner
 
 from cuda_kernels import valid_configs
-from nvrtc import compile_kernels, cuda_toolkit  # noqa: F401
+from nvrtc import compile_kernels, cuda_toolkit, ptx  # noqa: F401
 
 SM90, SM80 = target_of("sm_90"), target_of("sm_80")
 LONG_K = "mm/N512K4096M1024"
-SHARED_LOAD = r"\*\(float4\*\)\((\w)_f_ptr \+ \d+\) = \*\(float4\*\)\(\(\(float\*\)pool_buf_ptr\) \+"
 
 
 def source_of(wl, config):
     return build.build(wl, simt, config, SM90).mod.imports[0].inspect_source()
+
+
+def instructions(source):
+    """How many times each PTX instruction occurs in what NVRTC makes of `source` for sm_90: the kernel as the
+    GPU runs it, its `#pragma unroll` loops unrolled by NVVM."""
+    names = re.findall(r"^\s*(?:@%p\d+\s+)?([a-z][\w.:]*)", ptx(source, "sm_90"), re.MULTILINE)
+    return {name: names.count(name) for name in set(names)}
 
 
 def test_float32_mm_with_an_m_major_b_on_hopper_gets_the_simt_template():
@@ -73,16 +79,19 @@ def test_the_tiles_and_the_device_decide_what_is_valid():
 
 @pytest.mark.parametrize("layout", ["NN", "TN"])
 def test_kernels_read_shared_memory_in_16_byte_loads_and_keep_no_local_memory(cuda_toolkit, layout):
-    """Per K tile a thread loads A's fragments in tm x bk / 4 and B's in tn / 4 x bk 16-byte shared loads (K-major
-    A: one a row for four K steps; M-major A: four rows a K step), none of them gathered element by element, and
-    the kernel compiles without a stack frame or spills (the register estimate is an upper bound)."""
+    """In the PTX, per K tile (the K loop stays a loop) a thread loads A's fragments in tm x bk / 4 and B's in
+    tn / 4 x bk 16-byte shared loads (K-major A: one a row for four K steps; M-major A: four rows a K step), none of
+    them gathered element by element, and makes tm x tn x bk FMAs; slice 0 reads the other slices' sums in 16-byte
+    loads too; the kernel compiles without a stack frame or spills (the register estimate is an upper bound)."""
     wl = parse_name(f"mm/N512K1024M1024P{layout}")
     for config in valid_configs(wl, SM90, 4, seed=3, template=simt):
         source = source_of(wl, config)
-        loads = re.findall(SHARED_LOAD, source)
-        assert loads.count("a") == config["tm"] * config["bk"] // 4, config
-        assert loads.count("b") == config["tn"] // 4 * config["bk"], config
-        assert "make_float4(" not in source, config
+        counts = instructions(source)
+        fragments = config["tm"] * config["bk"] // 4 + config["tn"] // 4 * config["bk"]
+        handed = (config["slices"] - 1) * config["tm"] * config["tn"] // 4  # slice 0 reads the other slices' sums
+        assert counts.get("ld.shared.v4.f32", 0) == fragments + handed, (config, counts)
+        assert counts.get("ld.shared.f32", 0) == 0 and "make_float4(" not in source, config
+        assert counts["fma.rn.ftz.f32"] == config["tm"] * config["tn"] * config["bk"], config
         reports = compile_kernels(source, "sm_90")
         assert all(k.stack_bytes == 0 and k.spill_bytes == 0 for k in reports), (config, reports)
         assert all(k.registers <= simt.resources(wl, config)["registers_per_thread"] or k.registers == 255
@@ -98,10 +107,10 @@ def test_split_ctas_add_their_partial_tiles_through_distributed_shared_memory(cu
     config = {**simt.default_params(wl, True), "warps_r": 2, "warps_c": 2, "tm": 8, "tn": 8, "split": split}
     check.check(wl, simt, config, SM90)
     source = source_of(wl, config)
+    counts = instructions(source)
     quads = 8 * 8 // 4
-    cluster_loads = source.count("tvm_builtin_ptx_ld_vec_shared__cluster_v4_f32(")  # the calls and the helper's definition
-    assert cluster_loads == (quads + 1 if split > 1 else 0)
-    assert source.count("*(float4*)(C_ptr + ") == quads // split
+    assert counts.get("ld.shared::cluster.v4.f32", 0) == (quads if split > 1 else 0)
+    assert counts["st.global.v4.f32"] == quads // split
     assert re.findall(r"for \(int t = 0; t < (\d+);", source)[0] == str(4096 // config["bk"] // split)
 
 
@@ -117,9 +126,10 @@ def test_k_slices_take_alternate_tiles_and_hand_their_sums_to_slice_0(cuda_toolk
     threads = simt.resources(wl, config)["threads"]
     assert threads == (2 * slices + 1) * 32
     source = source_of(wl, config)
-    assert re.findall(r"for \(int i = 0; i < (\d+);", source)[0] == str(4096 // 32 // split // slices)
-    handed = re.findall(r"\*\(float4\*\)\(\(\(float\*\)pool_buf_ptr\) \+ .*\) = \*\(float4\*\)\(acc_ptr", source)
-    assert len(handed) == 16 * (2 if split > 1 else 1)  # slice 1.. its quads, then a split CTA's partial tile
+    # the K loop (`i_1`: the first loop TVM names `i` zeroes the sums)
+    assert re.findall(r"for \(int i_1 = 0; i_1 < (\d+);", source)[0] == str(4096 // 32 // split // slices)
+    handed = instructions(source)["st.shared.v4.f32"]
+    assert handed == 16 * (2 if split > 1 else 1)  # slice 1.. its quads, then a split CTA's partial tile
     assert "if (((int)threadIdx.x) < 64)" in source  # slice 0 alone sums and stores
     assert all(k.stack_bytes == 0 and k.spill_bytes == 0 for k in compile_kernels(source, "sm_90"))
 
@@ -162,3 +172,18 @@ def test_an_experiment_for_hopper_searches_the_simt_knobs(tmp_path):
     assert list(json.loads((hopper / "search_space.json").read_text())) == list(simt.search_space(wl))
     anywhere = write.write(wl, tmp_path / "a", arch="auto")
     assert list(json.loads((anywhere / "search_space.json").read_text())) == list(matmul.search_space(wl))
+
+
+def test_loops_left_to_nvvm_make_the_same_instructions_from_a_fraction_of_the_source(cuda_toolkit):
+    """`compile_kernel` leaves the `T.unroll` loops to NVVM (`#pragma unroll`); with `explicit_unroll` TVM unrolls
+    them in the source.  NVRTC makes the same shared loads, FMAs and stores of either, from far less source."""
+    wl = parse_name(LONG_K)
+    config = simt.default_params(wl, True)
+    sources = {explicit: simt.compile_kernel(simt.schedule(wl, config, SM90), SM90, explicit_unroll=explicit)
+               .mod.imports[0].inspect_source() for explicit in (True, False)}
+    assert "#pragma unroll" in sources[False] and "#pragma unroll" not in sources[True]
+    assert len(sources[False]) * 5 < len(sources[True])
+    assert sources[False] == source_of(wl, config)  # what a trial builds
+    mix = [{name: n for name, n in instructions(source).items()
+            if name.startswith(("ld.shared", "st.shared", "st.global", "fma"))} for source in sources.values()]
+    assert mix[0] == mix[1] and mix[0]["fma.rn.ftz.f32"] == 8 * 8 * 32

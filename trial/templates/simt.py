@@ -120,12 +120,16 @@ def rules(wl: Workload) -> list[Rule]:
                                       f"quads of sums")]
 
 
-def compile_kernel(mod: tvm.IRModule, target: Target) -> Any:
-    """TVM's TIRx pipeline, in the target's scope (TVM's CUDA compile callback reads the arch from it)."""
+def compile_kernel(mod: tvm.IRModule, target: Target, explicit_unroll: bool = False) -> Any:
+    """TVM's TIRx pipeline, in the target's scope (TVM's CUDA compile callback reads the arch from it).
+
+    The kernel's `T.unroll` loops reach CUDA as loops under `#pragma unroll`, which NVVM unrolls, unless
+    `explicit_unroll` has TVM unroll them: a twelfth of the source, NVRTC in a quarter to a seventh of the
+    time, and kernels that time about the same (`python -m benchmarks.unrolling`, docs/results.md)."""
     import tvm
 
     hopper = tvm.target.Target(target.target)
-    with hopper:
+    with tvm.transform.PassContext(config={"tirx.UnrollLoop": {"explicit_unroll": explicit_unroll}}), hopper:
         return tvm.compile(mod, target=hopper, tir_pipeline="tirx")
 
 
