@@ -21,6 +21,7 @@ STUDY = ["mm/N512K1024M1024", "mm/N512K1024M4096", "mm/N512K4096M1024", "bmm/B96
          "bmm/B960N128K128M64PTN", "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0",
          "conv/N512C64HW27F192K5ST1PD2"]
 TENSOR_CORE = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTN_f16", "bmm/B960N128K64M128PNT_f16",
+               "mm/N512K1024M1024_bf16", "bmm/B960N128K64M128PNT_bf16",
                "mm/N512K1024M1024_i8", "mm/N512K1024M1024PNT_e4m3"]
 """Tensor-core workloads of the GPU check: each element type, and transposed float16 operands."""
 HEADER = ["workload", "status", "GFLOPS", "ms", "vendor GFLOPS", "ratio", "reason"]

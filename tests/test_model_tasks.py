@@ -52,8 +52,10 @@ def test_plan_names_the_workload_and_rebuilds_the_result(op, args, workload):
     (aten.conv2d.default, (torch.randn(1, 4, 8, 8), torch.randn(4, 1, 3, 3), None, 1, 1, 1, 4), "grouped"),
     (aten.conv2d.default, (torch.randn(1, 3, 8, 6), torch.randn(4, 3, 3, 3)), "non-square"),
     (aten.conv2d.default, (torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3), None, 1, 2, 2), "dilated"),
+    (aten.matmul.default, (torch.randn(4, 5, dtype=torch.float64), torch.randn(5, 6, dtype=torch.float64)),
+     "float64: no suite element type"),
     (aten.matmul.default, (torch.randn(4, 5, dtype=torch.bfloat16), torch.randn(5, 6, dtype=torch.bfloat16)),
-     "bfloat16: no suite element type"),
+     "multiple of 16"),
     (aten.matmul.default, (torch.randn(4, 5), torch.randn(5)), "matrix-vector"),
     (aten.matmul.default, (torch.randn(4, 5, dtype=torch.float16), torch.randn(5, 6, dtype=torch.float16)),
      "multiple of 16"),
@@ -87,11 +89,11 @@ def test_tasks_command_prints_the_table_and_writes_tasks_json(tmp_path, capsys):
     assert [t.workload for t in tasks.read(tmp_path / "tasks.json")] == [t["workload"] for t in data["tasks"]]
 
 
-def test_bfloat16_tasks_are_listed_as_not_tunable():
+def test_bfloat16_tasks_are_listed_as_tensor_core_work_off_the_gpu():
     found = tasks.find(load(TINY, dtype="bfloat16", target="llvm"))
     assert found.tasks == ()
     reasons = {r for u in found.untunable for r in u.reasons}
-    assert "bfloat16: no suite element type" in reasons
+    assert "bfloat16: the suite's kernels for it need CUDA tensor cores" in reasons
 
 
 UNTRACEABLE = """

@@ -28,9 +28,11 @@ from cuda_kernels import (device_module, dynamic_shared_bytes, loads_reused_acro
 FAST = Options(target="llvm", min_repeat_ms=1)
 SM90, SM80 = target_of("sm_90"), target_of("sm_80")
 SMALL = [("mm", f"N32K64M48P{lay}_f16") for lay in ("NN", "NT", "TN", "TT")] + \
-        [("bmm", "B3N16K32M32PTN_f16"), ("mm", "N32K64M16_i8"), ("mm", "N16K96M32PNT_i8"),
+        [("bmm", "B3N16K32M32PTN_f16"), ("mm", "N32K64M48_bf16"), ("mm", "N32K64M48PTT_bf16"),
+         ("bmm", "B3N16K32M32PNT_bf16"), ("mm", "N32K64M16_i8"), ("mm", "N16K96M32PNT_i8"),
          ("mm", "N48K64M16_e4m3"), ("bmm", "B2N16K64M32PNT_e4m3")]
 GPU = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTT_f16", "bmm/B960N128K64M128PNT_f16",
+       "mm/N512K1024M1024PTN_bf16", "bmm/B960N128K64M128PNT_bf16",
        "mm/N512K1024M1024_i8", "mm/N512K1024M1024PNT_i8", "mm/N512K1024M1024PNT_e4m3"]
 
 
@@ -80,10 +82,10 @@ def test_tensor_core_kernels_lower_to_mma_with_the_estimated_shared_memory(name)
     """The default and random valid configs tensorize and lower to CUDA for sm_90: ldmatrix into
     fragments, mma.sync of the type's shape, cp.async where `pipeline` >= 2, fragments in per-thread
     arrays of the thread's share (registers, not a whole warp's tiles in local memory), no shared value
-    reused across a barrier, stores of C in vectors of four (float16: rounded from the float32 sums), and the shared memory (padded rows, pipeline buffers, the accumulator tile) that
+    reused across a barrier, stores of C in vectors of four (16-bit types: rounded from the float32 sums), and the shared memory (padded rows, pipeline buffers, the accumulator tile) that
     `resources` declares."""
     wl = parse_name(name)
-    shape = "m16n8k16" if wl.dtype == "float16" else "m16n8k32"
+    shape = f"m16n8k{wl.element.mma_k}"
     for params in valid_configs(wl, SM90, 3):
         mod = tensorcore.schedule(wl, params, SM90)
         source = build.build(wl, tensorcore, params, SM90).mod.imports[0].inspect_source()
@@ -91,7 +93,7 @@ def test_tensor_core_kernels_lower_to_mma_with_the_estimated_shared_memory(name)
         assert ("cp.async" in source) == (params["pipeline"] >= 2), params
         assert fragment_arrays(source) == fragments_per_thread(wl, params), params
         assert not loads_reused_across_barriers(source), params
-        assert re.search(r"\*\((float|int|half)4\*\)\((C|rounded)_ptr|(float|int)4\* __restrict__ C_rf_ptr", source), params
+        assert re.search(r"\*\((float|int|half|nv_bfloat16)4\*\)\((C|rounded)_ptr|(float|int)4\* __restrict__ C_rf_ptr", source), params
         lowered = device_module(mod, SM90)
         assert_shared_bytes_declared(lowered, tensorcore.resources(wl, params)["shared_bytes"], params)
 
@@ -161,7 +163,7 @@ def test_the_devices_tensor_cores_decide_what_is_valid():
                for p in KernelRules(f16, tensorcore, SM90).problems(uneven))
 
 
-@pytest.mark.parametrize("name", ["mm/N512K1024M1024_f16", "bmm/B960N128K64M128PNT_f16", "mm/N512K4096M1024PNT_i8"])
+@pytest.mark.parametrize("name", ["mm/N512K1024M1024_f16", "bmm/B960N128K64M128PNT_bf16", "mm/N512K4096M1024PNT_i8"])
 @pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
 def test_every_proposal_is_a_tensor_core_kernel_the_device_runs(cls, name):
     wl = parse_name(name)
@@ -184,3 +186,22 @@ def test_the_barrier_check_finds_the_stale_reads_of_metaschedules_bmm_kernel():
     scope["apply_trace"](sch)
     source = build.compile_module(sch.mod, SM90.target).mod.imports[0].inspect_source()
     assert loads_reused_across_barriers(source) == ["v_", "v__1", "v__2", "v__3"]
+
+
+def kernel_source(wl, template, params, renamed=False):
+    """The CUDA kernel (without the shared helpers above it); `renamed`: bfloat16's names read as float16's."""
+    source = build.build(wl, template, params, SM90).mod.imports[0].inspect_source()
+    kernel = source[source.index('extern "C"'):]
+    return kernel.replace("nv_bfloat16", "half").replace("bf16", "f16") if renamed else kernel
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_bfloat16_kernels_are_the_float16_kernels_of_the_same_config(layout):
+    """bfloat16 runs float16's instructions (ldmatrix of 16-bit elements, mma.sync m16n8k16 into float32) on
+    another element type: for each config, the CUDA kernel is float16's with the type's names replaced, so
+    ldmatrix keeps its 16-bit loads (not TVM's element-by-element fallback for 8-bit types)."""
+    bf16, f16 = parse_name(f"bmm/B4N64K128M64P{layout}_bf16"), parse_name(f"bmm/B4N64K128M64P{layout}_f16")
+    for params in valid_configs(f16, SM90, 3, seed=7):
+        source = kernel_source(bf16, tensorcore, params)
+        assert ".bf16.bf16" in source and "ldmatrix" in source, params
+        assert kernel_source(bf16, tensorcore, params, renamed=True) == kernel_source(f16, tensorcore, params), params

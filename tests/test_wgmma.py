@@ -92,6 +92,20 @@ def test_every_layout_compiles_for_sm_90a_with_its_operands_transposes(cuda_tool
         assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a")), config
 
 
+def test_bfloat16_mm_on_hopper_is_the_float16_kernel_on_bfloat16(cuda_toolkit):
+    """bfloat16 gets the wgmma template too: per config, float16's kernel with wgmma's operand type and the
+    element type renamed, compiled for sm_90a without local memory."""
+    bf16, f16 = parse_name("mm/N512K1024M1024PTN_bf16"), parse_name("mm/N512K1024M1024PTN_f16")
+    assert templates.load(bf16, target=SM90) is wgmma and templates.load(bf16, target=SM80) is tensorcore
+    for config in valid_configs(f16, SM90, 2, seed=5, template=wgmma):
+        source = build.build(bf16, wgmma, config, SM90).mod.imports[0].inspect_source()
+        kernel = source[source.index('extern "C"'):]
+        assert f"m64n{config['cols']}k16_f32_bf16_bf16" in kernel, config
+        f16_source = build.build(f16, wgmma, config, SM90).mod.imports[0].inspect_source()
+        assert kernel.replace("nv_bfloat16", "half").replace("bf16", "f16") == f16_source[f16_source.index('extern "C"'):]
+        assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a")), config
+
+
 @pytest.mark.parametrize("rows,cols,stages", [(64, 64, 14), (128, 128, 7)])
 def test_the_deepest_pipelines_the_shared_memory_holds_compile(cuda_toolkit, rows, cols, stages):
     """Deeper than cuBLAS's float16 kernels go (13 stages of 64 x 64 tiles, 6 of 128 x 128): as deep as the

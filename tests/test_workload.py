@@ -57,7 +57,7 @@ def test_a_suffix_names_the_element_type(op, spec, dtype, out, key):
 
 
 @pytest.mark.parametrize("op,spec,message", [
-    ("mm", "N512K1024M1024_bf16", "unknown element type _bf16; expected one of _f16, _i8, _e4m3"),
+    ("mm", "N512K1024M1024_tf32", "unknown element type _tf32; expected one of _f16, _bf16, _i8, _e4m3"),
     ("mm", "N500K1024M1024_f16", "N=500 is not a multiple of 16 (pad the operands)"),
     ("mm", "N512K48M1024_i8", "K=48 is not a multiple of 32"),
     ("mm", "N512K1024M1024PTN_i8", "read A untransposed (PNN or PNT), not PTN"),

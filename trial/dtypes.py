@@ -23,7 +23,8 @@ class DType:
     name: str        # TVM's name of the input type
     suffix: str      # how a spec names it ('' for float32)
     acc: str         # the accumulation type
-    out: str         # what the kernel writes: float16 as cuBLAS's half GEMM does, else the accumulation
+    out: str         # what the kernel writes: the 16-bit float types as cuBLAS's GEMMs in them do, else the
+                     # accumulation
     mma_k: int       # products one tensor-core MMA reduces (0: CUDA cores)
     min_arch: int    # oldest CUDA architecture with that MMA (sm_80 -> 80)
     step_bits: int   # significand bits an MMA keeps of each product while it adds them (0: all)
@@ -48,7 +49,7 @@ class DType:
     @property
     def out_roundoff(self) -> float:
         """The relative error of rounding an accumulated sum to the output type (0 where it is kept)."""
-        return 2.0 ** -(np.finfo(numpy_dtype(self.out)).nmant + 1) if self.rounds_output else 0.0
+        return 2.0 ** -(ml_dtypes.finfo(numpy_dtype(self.out)).nmant + 1) if self.rounds_output else 0.0
 
     @property
     def is_integer(self) -> bool:
@@ -59,6 +60,7 @@ FLOAT32 = DType("float32", "", "float32", "float32", 0, 0, 0)
 DTYPES = {d.name: d for d in (
     FLOAT32,
     DType("float16", "f16", "float32", "float16", 16, 80, 0),
+    DType("bfloat16", "bf16", "float32", "bfloat16", 16, 80, 0),
     DType("int8", "i8", "int32", "int32", 32, 80, 0),
     # Hopper's float8 MMA aligns the products of one instruction to the largest and keeps about 13
     # significand bits of the sum (DeepSeek-V3 report, section 3.3.2), not float32's 24

@@ -1,5 +1,5 @@
 """Vendor-library baselines through PyTorch: cuBLAS (mm, bmm) and cuDNN (conv) in the workload's type and
-layout (FP32 with TF32 off; float16, int8 and float8 e4m3 on tensor cores).
+layout (FP32 with TF32 off; float16, bfloat16, int8 and float8 e4m3 on tensor cores).
 
 PyTorch is not a dependency of the suite; these baselines run where it is installed (GPU machines).
 `baseline` times the library only where that makes sense and under the device lock, with a measurement's
@@ -112,7 +112,7 @@ def _elapsed_ms(torch: Any, run: Callable[[], Any], times: int = 1) -> float:
 def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
     """The library's name (with the type) and a call of it on `wl`'s operands in `wl`'s type and layout, or None.
 
-    float32 and float16: torch.mm / torch.bmm (float16 writes float16, as cuBLAS's half GEMM does); int8:
+    float32, float16 and bfloat16: torch.mm / torch.bmm (the 16-bit types write their own type); int8:
     torch._int_mm (int32 out); float8 e4m3: torch._scaled_mm with unit scales (float32 out).  Both 8-bit
     calls get B column-major, copied to that layout once, outside the timing: cuBLASLt's float8 kernel
     takes no other, and its int8 kernels run several times faster on it than on a row-major B (its fast
@@ -141,5 +141,5 @@ def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
         one = torch.ones((), device=dev)
         return ("cuBLASLt float8 e4m3 (torch._scaled_mm, B column-major)",
                 lambda: torch._scaled_mm(x, y, scale_a=one, scale_b=one, out_dtype=torch.float32))
-    name = "cuBLAS float16" if e.mma_k else "cuBLAS FP32 (TF32 off)"
+    name = f"cuBLAS {e.name}" if e.mma_k else "cuBLAS FP32 (TF32 off)"
     return name, (lambda: torch.bmm(x, y)) if wl.op == "bmm" else (lambda: torch.mm(x, y))

@@ -6,8 +6,8 @@ Grammar (all numbers are positive integers of at most 9 ASCII digits; PD may be 
   conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>       NCHW direct convolution, square image and kernel
 <layout> is two letters, N (as above) or T (transposed), for A then B: PNN (default), PNT, PTN, PTT.
 <type> is the inputs' element type (trial/dtypes.py): none for float32, f16 (float16, float32
-accumulation, float16 output), i8 (int8, int32 accumulation and output) or e4m3 (float8 e4m3, float32
-accumulation and output).
+accumulation, float16 output), bf16 (bfloat16, float32 accumulation, bfloat16 output), i8 (int8, int32
+accumulation and output) or e4m3 (float8 e4m3, float32 accumulation and output).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class Workload:
 
     @property
     def out_dtype(self) -> str:
-        """The output's element type (float16 for float16 inputs, else the accumulation type)."""
+        """The output's element type (the input type for 16-bit floats, else the accumulation type)."""
         return self.element.out
 
     @property

@@ -27,8 +27,8 @@ from .load import Model
 from .tasks import Task, TaskList, Untunable
 
 RUNS = 5
-_SUFFIX = {1: "", 10: "_f16"}  # TensorProto.FLOAT, FLOAT16
-_TYPE_NAMES = {16: "bfloat16", 11: "float64"}
+_SUFFIX = {1: "", 10: "_f16", 16: "_bf16"}  # TensorProto.FLOAT, FLOAT16, BFLOAT16
+_TYPE_NAMES = {11: "float64"}
 _ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64"}
 Shape = tuple[int, tuple[int, ...]]  # element type, dimensions
 
@@ -202,7 +202,7 @@ def find(model: Model) -> TaskList:
         if isinstance(found, tuple) and not _valid(found[0]):
             found = f"no suite spec for this shape ({found[0]})"
         if isinstance(found, tuple) and parse_name(found[0]).element.mma_k and not model.target.is_gpu:
-            found = "float16: the suite's kernels for it need CUDA tensor cores"
+            found = f"{parse_name(found[0]).dtype}: the suite's kernels for it need CUDA tensor cores"
         weight = times.get(name, 0.0) if times is not None else (found[1] / 1e9 if isinstance(found, tuple) else 0.0)
         if isinstance(found, tuple):
             tasks[parse_name(found[0]).key].append(weight)

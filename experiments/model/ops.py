@@ -20,8 +20,8 @@ import torch
 
 from trial.workload import SpecError, parse_name
 
-SUFFIX = {torch.float32: "", torch.float16: "_f16"}
-"""Element types the suite has a spec for (trial/dtypes.py); bfloat16 has none yet."""
+SUFFIX = {torch.float32: "", torch.float16: "_f16", torch.bfloat16: "_bf16"}
+"""Element types the suite has a spec for (trial/dtypes.py) that models compute in."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""Matmul and batched matmul on tensor cores: float16, int8 or float8 e4m3 inputs, float32 or int32
+"""Matmul and batched matmul on tensor cores: float16, bfloat16, int8 or float8 e4m3 inputs, float32 or int32
 accumulation (trial/dtypes.py), in the layouts trial/workload.py allows for the type.
 
-Knobs (in 16x16 output tiles, and in k-steps of one MMA: 16 products for float16, 32 for 8-bit types):
+Knobs (in 16x16 output tiles, and in k-steps of one MMA: 16 products for 16-bit types, 32 for 8-bit types):
   X        factor [N/16, 3]  rows: block, warp, tiles per warp
   Y        factor [M/16, 3]  columns: block, warp, tiles per warp
   K        factor [K/k, 4]   reduction: split (slices reduced by separate thread blocks), shared-memory
@@ -13,16 +13,16 @@ Knobs (in 16x16 output tiles, and in k-steps of one MMA: 16 products for float16
 
 GPU (TVM's MMA intrinsics, tvm.s_tir.tensor_intrin.cuda): each thread block owns a 16*X[1]*X[2] by
 16*Y[1]*Y[2] tile of C and has X[1]*Y[1] warps; each warp keeps X[2]-by-Y[2] 16x16 accumulators in
-registers (mma.sync m16n8k16 for float16, m16n8k32 for 8-bit), loads its fragments from shared memory
+registers (mma.sync m16n8k16 for the 16-bit types, m16n8k32 for 8-bit), loads its fragments from shared memory
 with ldmatrix, and at the end stores its accumulators to a shared copy of the block's C tile, which all
 threads then write to C in vectors of four (a fragment's own layout would give 4-byte stores, 8 bytes
-apart per row), rounding float32 sums to float16 on the way where that is the output type.  The
+apart per row), rounding float32 sums to the 16-bit output type on the way where there is one.  The
 block's A and B tiles are copied to shared memory with 16-byte vectors spread over all its threads.
 Batches (bmm) go to blockIdx.z.
 Split-K (K[0] > 1) is for long reductions over few output tiles (mm/N512K4096M1024: 32 tiles of 128x128
 for 132 SMs): each of K[0] slices of the reduction is its own thread block, writing a partial sum in the
 accumulation type (TensorIR's rfactor), and a second kernel adds the partials up and writes C, rounded
-to float16 where that is the output type.
+to the 16-bit output type where there is one.
 CPU: a plain schedule over 16x16 tiles in the same types, with the same split-K partials (the other
 knobs have no CPU meaning), so that the results are verified without a GPU.
 """
@@ -31,11 +31,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..constraints import Rule
-from ..dtypes import DType
 from ..workload import MAX_GRID_Z, Workload
 from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
                      pipeline_buffers, shared_scope, split_k, sum_partials, unroll)
 from .matmul import UNROLL_STEPS
+from .mma_intrinsics import intrinsics
 
 if TYPE_CHECKING:
     import tvm
@@ -89,7 +89,7 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
         return te.sum(a.astype(wl.element.acc) * b.astype(wl.element.acc), axis=k)
 
     C = te.compute(wl.output_shape, body, name="C")
-    if wl.element.rounds_output:  # float16 out: the float32 sums are rounded as they are written
+    if wl.element.rounds_output:  # 16-bit out: the float32 sums are rounded as they are written
         C = te.compute(wl.output_shape, lambda *i: C[i].astype(wl.out_dtype), name="rounded")
     return te.create_prim_func([A, B, C])
 
@@ -187,15 +187,9 @@ def _fragment_map(rows: int, cols: int):
 
 
 def _gpu(sch: s_tir.Schedule, wl: Workload, p: dict[str, Any], main, split: bool, scope: str) -> None:
-    from tvm.s_tir.tensor_intrin import cuda
-
     e = wl.element
     trans_a, trans_b = (c == "T" for c in wl.layout)
-    # the store is TVM's "simple" one, element stores rather than an access pointer: the merged dynamic
-    # shared buffer takes the inputs' type, against which TVM 0.27 rejects a float32 access pointer
-    intrins = cuda.get_mma_intrin_group(scope, EPILOGUE_SCOPE, e.name, e.acc, trans_a, trans_b,
-                                        not_use_mma_store_intrinic=True)
-    _register_missing(intrins, e, scope)
+    intrins = intrinsics(e, scope, EPILOGUE_SCOPE, trans_a, trans_b)
     *grid, i, j, k = sch.get_loops(main)  # grid: the batch and the K slice, each where there is one
     i, i_tc = sch.split(i, [None, TILE])
     j, j_tc = sch.split(j, [None, TILE])
@@ -268,20 +262,3 @@ def _tile_loops(sch: s_tir.Schedule, block, rows: int, cols: int):
     sch.reorder(i0, j0, i1, j1)
     return i1
 
-
-def _register_missing(intrins: dict[str, str], e: DType, scope: str) -> None:
-    """TVM registers ldmatrix from dynamic shared memory for float16 only, and the store of accumulators
-    to it for float32 only; the 8-bit loads and the int32 store are the same intrinsics in other types,
-    registered here under the names get_mma_intrin_group gives them."""
-    from tvm.s_tir import TensorIntrin
-    from tvm.s_tir.tensor_intrin import cuda
-
-    def missing(name: str) -> bool:
-        return TensorIntrin.get(intrins[name], allow_missing=True) is None
-
-    for name in ("load_a", "load_b"):
-        if scope == "shared.dyn" and missing(name):
-            matrix, trans = name[-1].upper(), "_trans" in intrins[name]
-            TensorIntrin.register(intrins[name], *cuda.get_ldmatrix_intrin(32, e.name, matrix, trans, scope))
-    if missing("store"):
-        TensorIntrin.register(intrins["store"], *cuda.get_mma_store_intrin(e.acc, 8, EPILOGUE_SCOPE, False))

@@ -1,4 +1,5 @@
-"""Float16 matmul on Hopper's warpgroup MMA (wgmma, CUDA sm_90a), written in TVM's TIRx script layer.
+"""Float16 and bfloat16 matmul on Hopper's warpgroup MMA (wgmma, CUDA sm_90a), written in TVM's TIRx script
+layer.
 
 The `mma.sync` kernels of tensorcore.py load every fragment from shared memory into registers with
 `ldmatrix`; on an H100 they reach about 45 % of cuBLAS on the study's float16 matmuls.  Here a
@@ -37,7 +38,8 @@ Knobs:
 
 The kernel: wgmma_kernel.py; its shared layout and descriptors: wgmma_operand.py.
 
-Only float16 mm whose N, M and K divide by 64 on sm_90 (`applies`); elsewhere tensorcore.py serves.
+Only float16 or bfloat16 mm whose N, M and K divide by 64 on sm_90 (`applies`); elsewhere tensorcore.py
+serves.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ from ..constraints import Rule
 from ..workload import Workload
 from .k_split import slice_rules
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
-from .wgmma_kernel import WARPGROUP, kernel, shared_bytes
+from .wgmma_kernel import PTX_TYPES, WARPGROUP, kernel, shared_bytes
 from .wgmma_operand import K_TILE
 
 if TYPE_CHECKING:
@@ -64,9 +66,9 @@ __all__ = ["applies", "search_space", "upgrade", "default_params", "prim_func", 
 
 
 def applies(wl: Workload, target: Target | None) -> bool:
-    """Whether this template serves `wl` on `target`: float16 mm, dimensions in 64s, a Hopper GPU."""
+    """Whether this template serves `wl` on `target`: float16 or bfloat16 mm, dimensions in 64s, a Hopper GPU."""
     return (target is not None and target.kind == "cuda" and target.cuda_arch == 90 and wl.op == "mm"
-            and wl.dtype == "float16" and all(wl.dims[d] % K_TILE == 0 for d in "NKM"))
+            and wl.dtype in PTX_TYPES and all(wl.dims[d] % K_TILE == 0 for d in "NKM"))
 
 
 def search_space(wl: Workload) -> dict[str, Any]:

@@ -22,11 +22,13 @@ from .wgmma_operand import K_TILE, SWIZZLE_128B, Operand
 
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 WARPGROUP = 128
-C_PAD = 8  # float16 elements after each row of the staged output tile: rows 4 banks apart, 16-byte aligned
+C_PAD = 8  # 16-bit elements after each row of the staged output tile: rows 4 banks apart, 16-byte aligned
+PTX_TYPES = {"float16": "f16", "bfloat16": "bf16"}
+"""The input types wgmma takes here, as its PTX names them; the output is of the input type."""
 
 
 def staged_halves(p: dict[str, Any]) -> int:
-    """The staged float16 output: the columns this CTA stores, each row `C_PAD` longer (none with epilogue 0)."""
+    """The staged 16-bit output: the columns this CTA stores, each row `C_PAD` longer (none with epilogue 0)."""
     return p["rows"] * (p["cols"] // p["split"] + C_PAD) if p["epilogue"] else 0
 
 
@@ -48,6 +50,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     rows, cols, stages, in_flight = p["rows"], p["cols"], p["stages"], p["in_flight"]
     producer, cluster, split, epilogue, slices = p["producer"], p["cluster"], p["split"], p["epilogue"], p["slices"]
     a_shape, b_shape = wl.input_shapes
+    half = wl.dtype  # a 16-bit float type of PTX_TYPES: the inputs', the staged tile's and the output's
     a = Operand(wl.layout[0] == "N", rows, n, k)
     b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster)
     tiles, consumers, acc_len = k // K_TILE // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
@@ -73,7 +76,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         floats a thread, so that its 16-byte stores and loads meet no bank conflict."""
         return (warpgroup * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4
 
-    wgmma = f"wgmma.mma_async.sync.aligned.m64n{cols}k16.f32.f16.f16"
+    wgmma = f"wgmma.mma_async.sync.aligned.m64n{cols}k16.f32.{PTX_TYPES[half]}.{PTX_TYPES[half]}"
     copy = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
     copy_b = copy + ".multicast::cluster" if cluster > 1 else copy
     to_cluster = [tirx.const((1 << cluster) - 1, "uint16")] if cluster > 1 else []  # multicast's CTA mask
@@ -110,9 +113,9 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         row = T.meta_var(by * rows + fragment(tx, g)[0])
         col = T.meta_var(bx * cols + fragment(tx, g)[1])
         for v in T.vectorized(2):
-            C[row, col + v] = T.Cast("float16", vals[base + v])
+            C[row, col + v] = T.Cast(half, vals[base + v])
         for v in T.vectorized(2):
-            C[row + 8, col + v] = T.Cast("float16", vals[base + 2 + v])
+            C[row + 8, col + v] = T.Cast(half, vals[base + 2 + v])
 
     @T.macro
     def stage_out(tile, vals, base, g, tx):
@@ -121,9 +124,9 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         row = T.meta_var(fragment(tx, g)[0])
         col = T.meta_var(fragment(tx, g)[1])
         for v in T.vectorized(2):
-            tile[row * (width + C_PAD) + col + v] = T.Cast("float16", vals[base + v])
+            tile[row * (width + C_PAD) + col + v] = T.Cast(half, vals[base + v])
         for v in T.vectorized(2):
-            tile[(row + 8) * (width + C_PAD) + col + v] = T.Cast("float16", vals[base + 2 + v])
+            tile[(row + 8) * (width + C_PAD) + col + v] = T.Cast(half, vals[base + 2 + v])
 
     @T.macro
     def write_out(C, tile, first_col, bx, by, tx):
@@ -138,13 +141,13 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, a_shape, dtype="float16", align=16)
-        B = T.match_buffer(B_ptr, b_shape, dtype="float16", align=16)
-        C = T.match_buffer(C_ptr, (n, m), dtype="float16", align=16)
+        A = T.match_buffer(A_ptr, a_shape, dtype=half, align=16)
+        B = T.match_buffer(B_ptr, b_shape, dtype=half, align=16)
+        C = T.match_buffer(C_ptr, (n, m), dtype=half, align=16)
         a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, "float16", 2, A.data, *a.tensor_map)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, half, 2, A.data, *a.tensor_map)
         b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, "float16", 2, B.data, *b.tensor_map)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, half, 2, B.data, *b.tensor_map)
         T.device_entry()
         if ctas > 1:  # CTAs of neighbouring row tiles pair up to share B; split CTAs share the output tile
             # one grid dimension: TVM 0.27 launches a cluster grid flat but reads 2-D cluster ids as such
@@ -162,11 +165,11 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         pool = T.SMEMPool()
         bars = pool.alloc((2 * stages,), "uint64", align=8)  # a "full" barrier per stage, then an "empty" one
         pool.move_base_to(ALIGN)
-        A_s = pool.alloc((stages * a_stage,), "float16", align=ALIGN)
-        B_s = pool.alloc((stages * b_stage,), "float16", align=ALIGN)
+        A_s = pool.alloc((stages * a_stage,), half, align=ALIGN)
+        B_s = pool.alloc((stages * b_stage,), half, align=ALIGN)
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
         partial = pool.alloc((partial_floats(rows, cols, slices, split) or 4,), "float32", align=16)
-        staged = pool.alloc((staged_halves(p) or 8,), "float16", align=16)  # the output tile, after the partial one
+        staged = pool.alloc((staged_halves(p) or 8,), half, align=16)  # the output tile, after the partial one
         pool.commit(shared_bytes(p))
         # the dynamic shared base is only 64-byte aligned: shift the tiles to a 1024-byte boundary
         pad: T.int32
