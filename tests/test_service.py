@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from trial.service import client, runner
-from trial.service.pools import BUILD_NICENESS, Builders
+from trial.service.pools import Builders
 from trial.service.worker import DEVICE_VARIABLES, Worker
 from trial.measure import Options, measure
 from trial.records import Records
@@ -268,16 +268,13 @@ def test_a_failed_run_on_a_gpu_says_how_much_of_its_memory_was_free():
 def test_build_workers_see_no_gpu_and_runners_see_the_callers(monkeypatch):
     """A build worker compiles for the target the service describes, so it is given no device: TVM's CUDA build
     opens a context where it sees one (about 0.5 GiB of the GPU per build worker, seen on an H200).  Runners
-    keep the devices of the service's environment, and its priority; builds run BUILD_NICENESS below it."""
+    keep the devices of the service's environment."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     builders = Builders(1)
     measuring = Worker("runner-test")  # as a runner is started
     try:
         assert [builders.all[0].call("os:getenv", name) for name in DEVICE_VARIABLES] == ["", "", ""]
         assert measuring.call("os:getenv", "CUDA_VISIBLE_DEVICES") == "2"
-        ours = os.nice(0)
-        assert measuring.call("os:nice", 0) == ours
-        assert builders.all[0].call("os:nice", 0) == min(ours + BUILD_NICENESS, 19)
     finally:
         builders.all[0].stop()
         measuring.stop()

@@ -103,18 +103,12 @@ class Devices:
         free.put(runner)
 
 
-BUILD_NICENESS = 10
-"""Build workers run this much below the runners and the trial processes: where builds fill a host's
-cores, a runner that waits for a core leaves its GPU idle, and a build that waits costs a trial only
-its own time."""
-
-
 class Builders:
     """Build workers, started as concurrent builds need them; the most recently used is reused first."""
 
     def __init__(self, size: int) -> None:
         self._free: queue.LifoQueue[Worker] = queue.LifoQueue()
-        self.all = [Worker(f"build-{i}", devices=False, niceness=BUILD_NICENESS) for i in range(size)]
+        self.all = [Worker(f"build-{i}", devices=False) for i in range(size)]
         for worker in reversed(self.all):
             self._free.put(worker)
 

@@ -58,11 +58,9 @@ def _watch_owner(owner: int) -> None:
     os._exit(3)
 
 
-def _serve(conn: Any, owner: int, devices: bool = True, niceness: int = 0) -> None:
+def _serve(conn: Any, owner: int, devices: bool = True) -> None:
     global _conn
     _conn = conn
-    if niceness:
-        os.nice(niceness)
     if not devices:  # TVM's CUDA build opens a context (about 0.5 GiB of the GPU) where it sees a device
         os.environ.update(dict.fromkeys(DEVICE_VARIABLES, ""))
     # TVM's FFI imports PyTorch where it is installed and asks it whether CUDA is available, which
@@ -93,10 +91,9 @@ def exit_reason(code: int | None) -> str:
 class Worker:
     """A spawned process that runs `call`s one at a time; started on first use, again after it dies."""
 
-    def __init__(self, name: str, devices: bool = True, niceness: int = 0) -> None:
-        """`devices` False: the worker sees no GPU (a build worker, which compiles for a described target);
-        `niceness`: added to the process's (`os.nice`), to yield the CPU to others."""
-        self.name, self.devices, self.niceness = name, devices, niceness
+    def __init__(self, name: str, devices: bool = True) -> None:
+        """`devices` False: the worker sees no GPU (a build worker, which compiles for a described target)."""
+        self.name, self.devices = name, devices
         self._proc: Any = None
         self._conn: Any = None
         self._lock = threading.Lock()  # one call at a time, and no start while one runs
@@ -111,8 +108,8 @@ class Worker:
 
     def _start(self) -> None:
         ours, theirs = _SPAWN.Pipe()
-        self._proc = _SPAWN.Process(target=_serve, args=(theirs, os.getpid(), self.devices, self.niceness),
-                                    name=self.name, daemon=True)
+        self._proc = _SPAWN.Process(target=_serve, args=(theirs, os.getpid(), self.devices), name=self.name,
+                                    daemon=True)
         self._proc.start()
         theirs.close()
         self._conn = ours
