@@ -9,6 +9,7 @@ float32 accumulators), so its intrinsics are TVM's float16 ones with the element
 """
 from __future__ import annotations
 
+import ast
 from typing import NamedTuple
 
 from ..dtypes import DType
@@ -83,19 +84,18 @@ def retyped(func, dtype: str, renaming: Renaming):
 
     base_ptx, ptx = renaming.ptx
     text = func.script().replace(f'"{renaming.base}"', f'"{dtype}"').replace(f'"{base_ptx}"', f'"{ptx}"')
-    return tvm.script.from_source(_typed_calls(text, "T.ptx_legacy.ldmatrix(", dtype))
+    tree = _TypedCalls("T.ptx_legacy.ldmatrix", dtype).visit(ast.parse(text))
+    return tvm.script.from_source(ast.unparse(tree))
 
 
-def _typed_calls(text: str, call: str, dtype: str) -> str:
-    """`text` with `dtype=` added to every `call`...`)`."""
-    out, start = [], 0
-    while (at := text.find(call, start)) >= 0:
-        depth, end = 0, at + len(call) - 1
-        while True:
-            depth += {"(": 1, ")": -1}.get(text[end], 0)
-            if depth == 0:
-                break
-            end += 1
-        out.append(text[start:end] + f', dtype="{dtype}"')
-        start = end
-    return "".join(out) + text[start:]
+class _TypedCalls(ast.NodeTransformer):
+    """Adds `dtype=` to every call of `function` (a dotted name) in a Python syntax tree."""
+
+    def __init__(self, function: str, dtype: str) -> None:
+        self.function, self.dtype = function, dtype
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        self.generic_visit(node)
+        if ast.unparse(node.func) == self.function:
+            node.keywords.append(ast.keyword("dtype", ast.Constant(self.dtype)))
+        return node
