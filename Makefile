@@ -8,10 +8,11 @@ SPEC ?= N512K1024M1024
 TUNER ?= opevo
 PORT ?= 8080
 RETUNE ?=
+ARGS ?=
 EXPERIMENT = experiments/$(OP)/$(SPEC)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test-debs test tune stop experiment trial gpu-check clean cuda-env rocm-env
+.PHONY: help install test-debs test tune stop experiment trial gpu-check bench clean cuda-env rocm-env
 
 # Docker environments. The image installs the suite with `make install VENV=/opt/venv` (the install
 # CI runs) into a venv outside the repository, which is mounted at CONTAINER_REPO, where the image's
@@ -77,6 +78,9 @@ trial: install  ## measure the hand-picked config of OP/SPEC once, e.g. make tri
 
 gpu-check: install  ## on a GPU machine: the study's hand-picked configs vs cuBLAS/cuDNN, and a 32-trial OpEvo experiment through nnictl
 	$(BIN)/python -m benchmarks.gpucheck
+
+bench: install  ## the benchmark protocol (frozen tuners, study + held-out workloads, 5 seeds); ARGS="--quick" for one short GPU session
+	$(BIN)/python -m benchmarks.protocol $(ARGS)
 
 cuda-env:  ## build the CUDA image and open a shell in it: all GPUs, this repo mounted, web UI on WEB_PORT
 	$(DOCKER_BUILD) -f Dockerfile.cuda -t $(CUDA_IMAGE) .

@@ -1,0 +1,156 @@
+"""The benchmark protocol: frozen tuners on the study's and held-out workloads, several seeds, medians with CIs.
+
+    python -m benchmarks.protocol [--quick] [--set study|held-out|all] [--tuners opevo gbfs na2c random]
+        [--seeds 5] [--trials 128] [--workers N] [--target auto|cuda|rocm|llvm] [--out DIR]
+        [--workloads op/spec ...]
+
+Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experiments' classArgs
+(`experiments.registry`, no variants: the settings are frozen), its 3 best distinct configs re-timed and
+the vendor library timed beside it (`benchmarks.protocol_run`).  Each run's record is a JSON file under
+--out (default results/protocol); a run whose file is there is not run again, so a killed protocol resumes
+where it stopped.  Then a markdown table per workload set is printed after a header with the command,
+device and versions (`benchmarks.protocol_report`), and written to OUT/summary.md.
+
+--quick: the first study and held-out workloads, OpEvo only, 1 seed, 64 trials (one short GPU session);
+flags given with it still win.  --workloads replaces the sets by the given op/spec names.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from experiments import registry
+from trial.inputs import number_type
+from trial.measure import Options, device
+from trial.records import Records, RecordsError
+from trial.target import KINDS, TargetError
+from trial.service.client import ServiceError
+from trial.workload import SpecError, parse_name
+
+from . import driver, protocol_report, protocol_run, workloads
+from .workloads import Entry
+
+_logger = logging.getLogger(__name__)
+
+DEFAULTS = {"tuners": ["opevo", "gbfs", "na2c", "random"], "seeds": 5, "trials": 128}
+QUICK = {"tuners": ["opevo"], "seeds": 1, "trials": 64}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.protocol", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--quick", action="store_true", help="one study and one held-out workload, opevo, 1 seed, 64 trials")
+    p.add_argument("--set", default="all", help="study, held-out or all (default all)")
+    p.add_argument("--workloads", nargs="+", metavar="OP/SPEC", help="run these workloads instead of the sets")
+    p.add_argument("--tuners", nargs="+", metavar="TUNER",
+                   help=f"of {', '.join(driver.TUNERS)} (default {' '.join(DEFAULTS['tuners'])})")
+    p.add_argument("--seeds", type=number_type(int, 1, 1000), help=f"seeds 0..S-1 per tuner (default {DEFAULTS['seeds']})")
+    p.add_argument("--trials", type=number_type(int, 1, 100_000), help=f"trials per run (default {DEFAULTS['trials']})")
+    p.add_argument("--workers", type=number_type(int, 1, 1024), default=registry.CONCURRENCY,
+                   help=f"trials measured at once (default {registry.CONCURRENCY})")
+    p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))
+    p.add_argument("--min-repeat-ms", type=number_type(int, 1, 60000), default=Options.min_repeat_ms,
+                   help=f"minimum length of a timed repeat (default {Options.min_repeat_ms})")
+    p.add_argument("--out", type=Path, default=Path("results/protocol"), help="run records and summary.md")
+    p.add_argument("--records", help="records store (default: $OPEVO_RECORDS or records/records.sqlite)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def plan_sets(args: argparse.Namespace) -> dict[str, tuple[Entry, ...]]:
+    """The workload sets of the command line; ValueError for an unknown set or a bad spec."""
+    if args.workloads:
+        return {"given": tuple(Entry(parse_name(name).name, "given on the command line") for name in args.workloads)}
+    chosen = workloads.chosen(args.set)
+    if args.quick:
+        quick = dict(zip(workloads.SETS, ((entry,) for entry in workloads.QUICK)))
+        return {name: quick[name] for name in chosen}
+    return chosen
+
+
+def resolve(args: argparse.Namespace) -> None:
+    """Fill the flags left out from --quick's or the full protocol's defaults; ValueError for an unknown tuner."""
+    for key, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    for tuner in args.tuners:
+        if tuner not in driver.TUNERS:
+            raise ValueError(f"unknown tuner {tuner!r}: expected one of {', '.join(driver.TUNERS)} (the protocol "
+                             "runs the experiments' frozen settings, so no variants)")
+    args.tuners = list(dict.fromkeys(args.tuners))
+
+
+def _device(kind: str, seen: list[str]) -> str:
+    """The device the records name, else the one a trial would use (asking the measuring service)."""
+    if seen:
+        return ", ".join(dict.fromkeys(seen))
+    try:
+        return device(kind).device_name
+    except (TargetError, ServiceError) as err:
+        return f"unknown ({err})"
+
+
+def seeds_of(entry: Entry, tuner: str, args: argparse.Namespace, options: Options, records: Records,
+             failed: list[str]) -> tuple[list[dict[str, Any]], int]:
+    """The records of `tuner`'s seeds on `entry`: read where already there, else run and saved; and how many
+    were run.  A run that raises is logged and named in `failed`, and left out (it runs again next time)."""
+    wl, found, ran = parse_name(entry.workload), [], 0
+    for seed in range(args.seeds):
+        where = protocol_run.path(args.out, wl, tuner, seed, args.trials, args.workers)
+        record = protocol_run.load(where)
+        if record is None:
+            try:
+                record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options,
+                                          records, not args.no_progress)
+            except Exception as err:  # noqa: BLE001 - one broken run must not end the protocol
+                _logger.exception("%s %s seed %d failed", wl.name, tuner, seed)
+                failed.append(f"{wl.name} {tuner} seed {seed}: {type(err).__name__}: {err}")
+                continue
+            protocol_run.save(where, record)
+            ran += 1
+        found.append(record)
+    return found, ran
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        resolve(args)
+        sets = plan_sets(args)
+        records = Records(args.records)
+    except (SpecError, ValueError, RecordsError) as err:
+        p.error(str(err))
+    logging.getLogger("nni").setLevel(logging.WARNING)
+    options = Options(target=args.target, min_repeat_ms=args.min_repeat_ms)
+    failed: list[str] = []
+    ran, tables, seen = 0, [], []
+    for title, entries in sets.items():
+        rows, with_vendor = [], False
+        for entry in entries:
+            for tuner in args.tuners:
+                found, count = seeds_of(entry, tuner, args, options, records, failed)
+                ran += count
+                seen += [r["device"] for r in found if r.get("device")]
+                with_vendor |= any(r.get("vendor") for r in found)
+                rows.append(protocol_report.row(entry, tuner, found))
+        tables.append(protocol_report.table(title, rows, with_vendor))
+    text = "\n\n".join([f"# Benchmark protocol\n\n{protocol_report.header(argv, _device(args.target, seen))}", *tables])
+    if failed:
+        text += "\n\n**Runs that failed** (not recorded, so run again next time):\n\n" + "".join(
+            f"- {line[:500]}\n" for line in failed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.md").write_text(text + "\n")
+    print(text)
+    print(f"{ran} runs measured, the others read from {args.out}; wrote {args.out / 'summary.md'}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""The benchmark protocol's report: a header with the command, device and versions, and a table per set.
+
+Each row is one (workload, tuner) over its seeds' records (`benchmarks.protocol_run`): the median best
+GFLOPS and the median ratio to the vendor, each with its 95 % bootstrap interval (`benchmarks.stats`),
+and the median trials and seconds a run took to reach 95 % of its own best.
+"""
+from __future__ import annotations
+
+import math
+import shlex
+import subprocess
+import time
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from .stats import median_ci
+from .workloads import Entry
+
+
+def _version(*distributions: str) -> str | None:
+    for name in distributions:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _cuda() -> str | None:
+    """PyTorch's CUDA version where PyTorch imports (None on a CPU build or without PyTorch)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.version.cuda
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        answer = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = answer.stdout.split()
+    return lines[0] if answer.returncode == 0 and lines else None
+
+
+def versions() -> dict[str, str]:
+    """The versions a result depends on, those that are present: TVM, NNI, PyTorch, CUDA, the NVIDIA driver."""
+    found = {"TVM": _version("apache-tvm", "tvm"), "NNI": _version("nni"), "PyTorch": _version("torch"),
+             "CUDA": _cuda(), "NVIDIA driver": _nvidia_driver()}
+    return {name: value for name, value in found.items() if value}
+
+
+def header(argv: list[str], device: str, found: dict[str, str] | None = None) -> str:
+    """The report's header: the command, the device, the versions and the date (UTC)."""
+    found = versions() if found is None else found
+    stack = ", ".join(f"{name} {value}" for name, value in found.items()) or "no versions found"
+    return (f"Command: `{shlex.join(['python', '-m', 'benchmarks.protocol', *argv])}`  \n"
+            f"Device: {device or 'unknown'}  \nVersions: {stack}  \n"
+            f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+
+
+def _ci(values: list[float], digits: int) -> str:
+    median, low, high = median_ci(values)
+    if math.isnan(low):
+        return f"{median:.{digits}f}"
+    return f"{median:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def _median(values: list[float | None], fmt: str) -> str:
+    known = [v for v in values if v is not None]
+    return format(float(np.median(known)), fmt) if known else "-"
+
+
+def row(entry: Entry, tuner: str, records: list[dict[str, Any]]) -> list[str]:
+    """A table row for `tuner` on `entry` from its runs' records (none yet: dashes)."""
+    if not records:
+        return [entry.workload, entry.model, tuner, "0", "-", "-", "-", "-"]
+    ratios = [r["ratio"] for r in records if r.get("ratio") is not None]
+    return [entry.workload, entry.model, tuner, str(len(records)), _ci([r["best_gflops"] for r in records], 1),
+            _ci(ratios, 2) if len(ratios) == len(records) else "-",
+            _median([r["to_fraction"]["trials"] for r in records], "g"),
+            _median([r["to_fraction"]["seconds"] for r in records], ".1f")]
+
+
+HEAD = ["workload", "model", "tuner", "seeds", "best GFLOPS, median [95 % CI]", "vs vendor, median [95 % CI]",
+        "trials to 95 %", "seconds to 95 %"]
+
+
+def table(title: str, rows: list[list[str]], with_vendor: bool) -> str:
+    """A set's markdown table, and what its columns mean."""
+    lines = [f"## {title}", "", "| " + " | ".join(HEAD) + " |", "| --- | --- | --- |" + " ---: |" * (len(HEAD) - 3),
+             *("| " + " | ".join(cells) + " |" for cells in rows), ""]
+    lines.append("Best: each run's best of its 3 fastest distinct configs re-timed; medians over seeds, 95 % "
+                 "percentile-bootstrap intervals (none for one seed). To 95 %: median trials and seconds until "
+                 "a run first reached 95 % of its own best.")
+    if not with_vendor:
+        lines.append("Vendor ratios are absent: no vendor figure here (cuBLAS/cuDNN are timed through PyTorch on "
+                     "CUDA devices only).")
+    return "\n".join(lines)

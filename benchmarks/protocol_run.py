@@ -1,0 +1,110 @@
+"""One run of the benchmark protocol: a seeded driver run, its best configs re-timed, the vendor beside it.
+
+A tuner's best trial is the luckiest of many timings, so the protocol re-measures each run's RETIMED best
+distinct `ok` configurations through the same measure path and options, and takes the best of those as the
+run's result.  The vendor library (cuBLAS/cuDNN through PyTorch, `trial.vendor.baseline`) is timed right
+after the run, so that each run's ratio compares kernels timed minutes apart on the same device.
+
+A run's record is one JSON file (`path`), written whole under a temporary name and renamed (`save`), so
+that a protocol killed mid-run leaves no partial file and its next invocation runs only what is missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from experiments import registry
+from trial.measure import Options, measure
+from trial.records import Records
+from trial.results import MeasureResult, Status
+from trial.vendor import baseline
+from trial.workload import Workload
+
+from . import driver
+from .stats import time_to_fraction
+
+RETIMED = 3
+FRACTION = 0.95
+"""Time to quality: trials and seconds until a run first reached this fraction of its own best."""
+
+
+def path(out: Path, wl: Workload, tuner: str, seed: int, trials: int, workers: int) -> Path:
+    """Where the record of one run lives: one folder per workload, the budget and seed in the name."""
+    return out / wl.op / wl.key.split("/", 1)[1] / f"{tuner}-t{trials}-w{workers}-s{seed}.json"
+
+
+def save(target: Path, record: dict[str, Any]) -> None:
+    """Write `record` as `target` atomically: a reader (or a resumed protocol) sees all of it or nothing."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=1, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def load(target: Path) -> dict[str, Any] | None:
+    """The record at `target`, or None where there is none (or it cannot be read: it will be run again)."""
+    try:
+        return json.loads(target.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def best_distinct(run: driver.Run, count: int = RETIMED) -> list[MeasureResult]:
+    """The run's `count` fastest `ok` results with distinct configurations, fastest first."""
+    ranked = sorted((t.result for t in run.trials if t.result.status == Status.OK and t.result.params),
+                    key=lambda r: r.gflops, reverse=True)
+    seen: dict[str, MeasureResult] = {}
+    for result in ranked:
+        seen.setdefault(json.dumps(result.params, sort_keys=True), result)
+        if len(seen) == count:
+            break
+    return list(seen.values())
+
+
+def _retimed(wl: Workload, found: MeasureResult, options: Options) -> dict[str, Any]:
+    again = measure(wl, found.params, options)
+    return {"params": found.params, "search_gflops": found.gflops, "status": str(again.status),
+            "gflops": again.gflops if again.status == Status.OK else 0.0, "latency_ms": again.latency_ms,
+            "target": again.target or found.target, "warning": again.warning, "reason": again.reason[:300]}
+
+
+def class_args(tuner: str) -> dict[str, Any]:
+    """The frozen classArgs of `tuner`, as the experiments give them (the seed is the run's)."""
+    spec = registry.TUNERS.get(tuner) or registry.BUILTIN_TUNERS[tuner]
+    return dict(spec.get("classArgs", {}))
+
+
+def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: int, options: Options,
+        records: Records | None = None, progress: bool = True, vendor: bool = True) -> dict[str, Any]:
+    """Run `tuner` on `wl` with `seed`, re-time its best configs, time the vendor: the run's record."""
+    run = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
+    retimed = [_retimed(wl, found, options) for found in best_distinct(run)]
+    top = max(retimed, key=lambda r: r["gflops"], default=None)
+    best = top["gflops"] if top else 0.0
+    where = top["target"] if top else next((t.result.target for t in run.trials if t.result.target), "")
+    library = baseline(wl, where, options.repeat, options.min_repeat_ms) if vendor and best > 0 else None
+    to_trials, to_seconds = time_to_fraction(run.trials, FRACTION)
+    return {
+        "workload": wl.name, "key": wl.key, "model": model, "tuner": tuner, "seed": seed,
+        "class_args": class_args(tuner), "budget": trials, "workers": workers, "options": asdict(options),
+        "device": next((t.result.device for t in run.trials if t.result.device), ""), "target": where,
+        "trials": len(run.trials), "ended": run.ended, "wall_s": run.wall_s, "tuner_s": run.tuner_s,
+        "experiment": run.experiment, "search_best_gflops": run.curve[-1] if run.curve else 0.0,
+        "retimed": retimed, "best_gflops": best, "best_params": top["params"] if best > 0 else None,
+        "vendor": library, "ratio": best / library["gflops"] if library else None,
+        "to_fraction": {"fraction": FRACTION, "trials": to_trials, "seconds": to_seconds},
+        "curve": [[t.index, round(t.finished_s, 3), str(t.result.status), t.result.gflops] for t in run.trials],
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
