@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from .handpicked import STUDY as STUDY_NAMES
 
 _STUDY_MODELS = {
-    "mm": "BERT-large-like GEMM (the OpEvo study)",
-    "bmm": "attention batched matmul (the OpEvo study)",
+    "mm": "matmul of the OpEvo study",
+    "bmm": "batched matmul of the OpEvo study",
     "conv/N512C3HW227F64K11ST4PD0": "AlexNet conv1, batch 512 (the OpEvo study)",
     "conv/N512C64HW27F192K5ST1PD2": "AlexNet conv2, batch 512 (the OpEvo study)",
 }
