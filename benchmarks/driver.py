@@ -104,12 +104,17 @@ def variant(label: str, known: tuple[str, ...] = TUNERS) -> tuple[str, dict[str,
     return found["name"], overrides
 
 
+def tuner_spec(name: str) -> dict[str, Any]:
+    """The experiments' entry for tuner `name` (experiments.registry): its class and frozen classArgs."""
+    return registry.BUILTIN_TUNERS[name] if name in registry.BUILTIN_TUNERS else registry.TUNERS[name]
+
+
 def make_tuner(label: str, seed: int, wl: Workload | None = None, target: Target | None = None) -> tuple[Tuner, bool]:
     """The tuner of `label` (a name, or a variant: see `variant`) with the experiments' classArgs and `seed`,
     keeping `target`'s rules for `wl` (the suite's tuners); and whether it searches the twin space."""
     name, overrides = variant(label)
     twin = name in registry.BUILTIN_TUNERS
-    spec = registry.BUILTIN_TUNERS[name] if twin else registry.TUNERS[name]
+    spec = tuner_spec(name)
     class_args = {**spec.get("classArgs", {}), **overrides, "seed": seed}
     if not twin and wl is not None and target is not None:
         class_args.update(workload=wl.name, target=target.describe())

@@ -36,10 +36,9 @@ import os
 import statistics
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from experiments import registry
 from experiments.write import auto_concurrency, concurrency_arg
@@ -60,19 +59,9 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-@contextmanager
-def _environment(values: dict[str, str | None]) -> Iterator[None]:
+def _environment(values: dict[str, str | None]) -> Any:
     """This process's environment with `values` set (None: left as it is), restored afterwards."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update({key: value for key, value in values.items() if value is not None})
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return mock.patch.dict(os.environ, {key: value for key, value in values.items() if value is not None})
 
 
 def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from experiments import registry
 from trial.measure import Options, measure
 from trial.records import Records
 from trial.results import MeasureResult, Status
@@ -82,8 +81,7 @@ def _retimed(wl: Workload, found: MeasureResult, options: Options) -> dict[str, 
 
 def class_args(tuner: str) -> dict[str, Any]:
     """The frozen classArgs of `tuner`, as the experiments give them (the seed is the run's)."""
-    spec = registry.TUNERS.get(tuner) or registry.BUILTIN_TUNERS[tuner]
-    return dict(spec.get("classArgs", {}))
+    return dict(driver.tuner_spec(tuner).get("classArgs", {}))
 
 
 def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: int, options: Options,

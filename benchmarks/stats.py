@@ -14,6 +14,8 @@ from typing import Protocol
 import numpy as np
 from scipy import stats
 
+from experiments.plots import best_so_far, trials_to
+
 N_RESAMPLES = 9999
 
 
@@ -66,9 +68,8 @@ def time_to_fraction(trials: Sequence[_Trial], fraction: float = 0.95) -> tuple[
     """
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must lie in (0, 1], got {fraction!r}")
-    ok = [t for t in trials if t.result.status == "ok" and t.result.gflops > 0]
-    if not ok:
+    reached = trials_to(fraction, best_so_far([t.result.gflops if t.result.status == "ok" else 0.0 for t in trials]))
+    if reached is None:
         return None, None
-    goal = fraction * max(t.result.gflops for t in ok)
-    first = next(t for t in ok if t.result.gflops >= goal)
+    first = trials[reached - 1]
     return first.index, first.finished_s

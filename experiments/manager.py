@@ -115,15 +115,21 @@ def profile(port: int, exp_id: str) -> dict[str, Any]:
 
 def update(port: int, exp_id: str, key: str, value: int) -> None:
     """Set `key` (maxTrialNumber or trialConcurrency) of the running experiment `exp_id`, as
-    `nnictl update trialnum|concurrency` does (the whole profile PUT back with the one value changed),
-    without the start-up of an nnictl process."""
-    if key not in UPDATE_TYPES:
-        raise ValueError(f"cannot update {key!r}: one of {', '.join(UPDATE_TYPES)}")
-    found = profile(port, exp_id)
-    found["params"][key] = value
-    resp = requests.put(f"http://127.0.0.1:{port}/api/v1/nni/experiment?update_type={UPDATE_TYPES[key]}",
-                        json=found, timeout=10)
-    resp.raise_for_status()
+    `nnictl update trialnum|concurrency` does, without the start-up of an nnictl process."""
+    put(port, profile(port, exp_id), {key: value})
+
+
+def put(port: int, found: dict[str, Any], values: dict[str, int]) -> None:
+    """Set `values` (of `UPDATE_TYPES`) in the profile `found` (`profile`'s) of the experiment on `port`: the
+    whole profile PUT back once a key, with that key's update_type, as nnictl does."""
+    unknown = set(values) - set(UPDATE_TYPES)
+    if unknown:
+        raise ValueError(f"cannot update {', '.join(sorted(unknown))}: one of {', '.join(UPDATE_TYPES)}")
+    for key, value in values.items():
+        found["params"][key] = value
+        resp = requests.put(f"http://127.0.0.1:{port}/api/v1/nni/experiment?update_type={UPDATE_TYPES[key]}",
+                            json=found, timeout=10)
+        resp.raise_for_status()
 
 
 def status(port: int) -> str:

@@ -85,9 +85,9 @@ class LivePool:
     def raise_budget(self, exp_id: str, upto: int) -> None:
         """Let the live `exp_id` run until it holds `upto` trials, with its trials in flight again."""
         live = self.live[exp_id]
-        manager.update(live.port, exp_id, "maxTrialNumber", upto)
-        now = manager.profile(live.port, exp_id)["params"]["trialConcurrency"]
-        manager.update(live.port, exp_id, "trialConcurrency", now + live.concurrency)
+        found = manager.profile(live.port, exp_id)
+        manager.put(live.port, found, {"maxTrialNumber": upto,
+                                       "trialConcurrency": found["params"]["trialConcurrency"] + live.concurrency})
 
     def stop(self, exp_id: str, why: str = "") -> None:
         """Stop `exp_id` (best effort: a manager that is gone already is no error) and forget it."""
