@@ -39,6 +39,31 @@ def test_report_rows_agree_with_their_figures(tiny_records):
     assert lines[-1] == "torch.compile rows skipped (--no-compile)"
 
 
+@pytest.mark.parametrize("raised, says", [
+    (RuntimeError("Inductor: no kernel for this op\nmore"), "failed: RuntimeError: Inductor: no kernel for this op"),
+    (KeyboardInterrupt(), "torch.compile rows interrupted (Ctrl-C): left out")])
+def test_a_compile_that_fails_or_is_interrupted_leaves_the_report_standing(tiny_records, monkeypatch, raised, says):
+    """Inductor's failure is its rows' result, Ctrl-C while it compiles leaves them out; the lines said as
+    they are measured are the report's text, eager and tuned before any compile."""
+    import torch
+
+    def compile_fails(module, mode=None):
+        raise raised
+
+    monkeypatch.setattr(torch, "compile", compile_fails)
+    said = []
+    made = report(tiny_model(), records=tiny_records, compile=True, say=said.append)
+    assert made.output_ok and made.text.splitlines() == said
+    eager, tuned = (next(i for i, x in enumerate(said) if x.startswith(name + " ")) for name in ("eager", "tuned"))
+    compiling = next(i for i, x in enumerate(said) if x.startswith("(torch.compile"))
+    assert eager < tuned < compiling and any(says in x for x in said[compiling:])
+    if isinstance(raised, KeyboardInterrupt):
+        assert said[-1] == says
+    else:
+        rows = [x for x in said if x.startswith(("torch.compile (mode", "tuned, torch.compile"))]
+        assert len(rows) == 2 and all(says in x and " - " in x for x in rows)
+
+
 def test_report_command(tmp_path, capsys):
     assert main(["report", TINY, "--target", "llvm", "--no-compile"]) == 0  # an empty store: torch's ops run
     out = capsys.readouterr().out

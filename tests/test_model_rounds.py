@@ -3,6 +3,7 @@ REST API faked, then live experiments (experiments/model/live.py) through nnictl
 import json
 import sqlite3
 from contextlib import closing
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -120,3 +121,12 @@ def test_a_left_over_experiment_is_stopped_with_its_concurrency_set_back(tmp_pat
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         (params,) = conn.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
     assert json.loads(params)["trialConcurrency"] == 2
+
+
+@pytest.mark.parametrize("free_gib, bound", [(2, 8), (20, 20), (500, 32)])
+def test_the_bound_on_live_experiments_follows_free_memory(monkeypatch, free_gib, bound):
+    """A GiB of free memory per live experiment, never fewer than 8 nor more than 32; a pool built
+    without a bound takes it."""
+    monkeypatch.setattr(live.psutil, "virtual_memory", lambda: SimpleNamespace(available=free_gib << 30))
+    assert live.live_bound() == bound
+    assert LivePool(free_port()).limit == bound

@@ -126,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         model = load(args.model, args.batch, args.dtype, args.target, args.seq)
         if model.onnx is not None:
             raise ModelError("report runs a PyTorch model: give the model's Python source, not its ONNX file")
-        made = report(model, compile=not args.no_compile)
-        print(made.text)
+        made = report(model, compile=not args.no_compile, say=lambda line: print(line, flush=True))
         return 0 if made.output_ok else 1
     except (ModelError, RecordsError, ValueError) as err:  # ValueError: tune's checks, ManifestError
         print(f"error: {err}", file=sys.stderr)

@@ -4,9 +4,9 @@ Restarting an experiment for each round (`nnictl resume`: NNI's Node manager, th
 the tuner, which imports TVM and reads the records) costs about 23 s a round on an H200, whatever the
 round's size.  So a task's experiment is started once (create or resume) and left running after its
 round; its next round only raises its budget (rounds.py).  Each live experiment holds a web-UI port of
-its own, from the `port` given upwards; at most `MAX_LIVE` run at once, and a new one past that bound
-first stops the least recently used (a stopped experiment is resumed at its next round, with its trials
-and its tuner's checkpoint, so nothing is lost).  `close` stops every experiment the pool started or
+its own, from the `port` given upwards; at most `live_bound()` run at once (8 to 32, by free memory),
+and a new one past that bound first stops the least recently used (a stopped experiment is resumed at
+its next round, with its trials and its tuner's checkpoint, so nothing is lost).  `close` stops every experiment the pool started or
 resumed: `tune` calls it on every way out (the end, the budget or time spent, Ctrl-C, an exception).
 
 An experiment that finished its budget (status DONE) has handed out all its trial requests: NNI 3.0's
@@ -30,9 +30,18 @@ import psutil
 from .. import manager
 
 MAX_LIVE = 8
-"""Experiments running at once: each is a Node manager and a Python dispatcher holding the tuner (about
-250 MB together, 78 + 173 MB measured with OpEvo, and a little CPU for their polls); 8 covers the
-heaviest tasks of a model, which get most rounds, and the rest wait stopped, resumed when picked."""
+"""Experiments running at once where memory is short: each is a Node manager and a Python dispatcher
+holding the tuner (about 250 MB together, 78 + 173 MB measured with OpEvo, and a little CPU for their
+polls); 8 covers the heaviest tasks of a model, which get most rounds, and the rest wait stopped,
+resumed when picked (a resume costs seconds of NNI's start, the tuner's imports and its records)."""
+MAX_LIVE_CEILING = 32  # ... and where memory is plenty: every task of ResNet-50 (24) stays live
+LIVE_MEMORY = 1 << 30  # free memory set aside per live experiment: four times the 250 MB measured
+
+
+def live_bound() -> int:
+    """How many experiments may run at once here: one per `LIVE_MEMORY` of free memory, at least
+    `MAX_LIVE`, at most `MAX_LIVE_CEILING`."""
+    return max(MAX_LIVE, min(MAX_LIVE_CEILING, psutil.virtual_memory().available // LIVE_MEMORY))
 
 
 @dataclass
@@ -50,7 +59,8 @@ def idle(port: int) -> bool:
 class LivePool:
     """The experiments left running, least recently used first, on ports `port` .. `port + limit - 1`."""
 
-    def __init__(self, port: int, limit: int = MAX_LIVE, say: Callable[[str], None] = print) -> None:
+    def __init__(self, port: int, limit: int | None = None, say: Callable[[str], None] = print) -> None:
+        limit = live_bound() if limit is None else limit
         if limit < 1:
             raise ValueError(f"the bound on live experiments must be at least 1, not {limit}")
         self.first, self.limit, self.say = port, limit, say

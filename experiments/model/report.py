@@ -2,20 +2,25 @@
 
 Sections: (1) per task its count, torch's time, the tuned kernel's, the speed-up, its share of the
 model and which one the tuned model runs; (2) the tuned model's output against the untouched model's
-on the example inputs, with the tolerance of the dtype (apply.TOLERANCE); (3) the model's latency
-in four forms: eager, torch.compile, the tuned model, and the tuned model under torch.compile.  On a
-GPU each is the replay of one CUDA graph captured here, so all four are timed alike: torch.compile runs
-in mode "max-autotune-no-cudagraphs" (max-autotune's kernel autotuning, with the graph captured here
-rather than by Inductor); float32 runs with TF32 off (strict FP32, as the suite's float32 kernels compute), and one more row gives eager
-with PyTorch's default of TF32 convolutions; cuDNN times its algorithms (`cudnn.benchmark`) in every
-row and in the per-task figures, so the vendor is on its fastest path.  On the CPU they are timed call by call and
-torch.compile runs in its default mode (max-autotune tunes GPU kernels; on the CPU it only adds
-compile time).  `compile=False` skips the torch.compile rows (they need a C++ compiler and minutes
-on a small CPU), and the report says so.
+on the example inputs, with the tolerance of the dtype (apply.TOLERANCE); (3) the model's latency in
+four forms: eager, the tuned model, torch.compile and the tuned model under torch.compile, the compile
+rows last (max-autotune takes minutes on a large model).  On a GPU each is the replay of one CUDA
+graph captured here, so all four are timed alike: torch.compile runs in mode
+"max-autotune-no-cudagraphs" (max-autotune's kernel autotuning, with the graph captured here rather
+than by Inductor); float32 runs with TF32 off (strict FP32, as the suite's float32 kernels compute),
+and one more row gives eager with PyTorch's default of TF32 convolutions; cuDNN times its algorithms
+(`cudnn.benchmark`) in every row and in the per-task figures, so the vendor is on its fastest path.
+On the CPU they are timed call by call and torch.compile runs in its default mode (max-autotune tunes
+GPU kernels; on the CPU it only adds compile time).
+
+`compile=False` skips the torch.compile rows (they need a C++ compiler and minutes on a small CPU), and
+the report says so; a compile that fails, or that Ctrl-C interrupts, is said in its row and the rest of
+the report stands.  Each line is said (`say`) as soon as it is measured.
 """
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,31 +60,49 @@ def _task_row(t: tasks.Task, c: Choice | None) -> str:
             f"{c.use} ({c.why}{f'; both timed {c.timed}' if c.timed else ''})")
 
 
-def _latency_rows(model: Model, tuned: torch.nn.Module, compile: bool) -> list[str]:
+def _row(name: str, lat: timing.Latency, base: timing.Latency | None) -> str:
+    ratio = f"{base.ms / lat.ms:7.2f}x" if base is not None and base.ms and lat.ms else f"{'':>8}"
+    return f"{name:<48} {_ms(lat.ms)} {ratio}  {lat.how}"
+
+
+def _compiled_rows(model: Model, tuned: torch.nn.Module, eager: timing.Latency,
+                   say: Callable[[str], None]) -> None:
+    """The torch.compile rows, said one by one.  Inductor's failure on a model is that row's result, and
+    Ctrl-C while it compiles leaves the compile rows out: the rest of the report stands either way."""
     gpu = model.target.is_gpu
     mode = "max-autotune-no-cudagraphs" if gpu else None
     label = f"(mode {mode or 'default'})"
-    rows: list[tuple[str, timing.Latency]] = [("eager", timing.model_latency(model.module, model.inputs, gpu))]
-    if compile:
-        rows.append((f"torch.compile {label}",
-                     timing.model_latency(torch.compile(model.module, mode=mode), model.inputs, gpu)))
-    rows.append(("tuned", timing.model_latency(tuned, model.inputs, gpu)))
-    if compile:
-        rows.append((f"tuned, torch.compile {label}",
-                     timing.model_latency(torch.compile(tuned, mode=mode), model.inputs, gpu)))
-    base = rows[0][1].ms
-    lines = [f"{'model':<48} {'ms':>9} {'vs eager':>8}  timed"]
-    lines += [f"{name:<48} {_ms(lat.ms)} {base / lat.ms:7.2f}x  {lat.how}" for name, lat in rows]
-    if not compile:
-        lines.append("torch.compile rows skipped (--no-compile)")
-    elif not gpu:
-        lines.append("on the CPU torch.compile runs in its default mode: max-autotune tunes GPU kernels")
-    return lines
+    say(f"(torch.compile {label} compiling: autotuning every kernel of a large model takes minutes; "
+        "Ctrl-C leaves these rows out)")
+    for name, module in ((f"torch.compile {label}", model.module), (f"tuned, torch.compile {label}", tuned)):
+        try:
+            lat = timing.model_latency(torch.compile(module, mode=mode), model.inputs, gpu)
+        except KeyboardInterrupt:
+            say("torch.compile rows interrupted (Ctrl-C): left out")
+            return
+        except Exception as err:  # noqa: BLE001 - Inductor's failure is this row's result, not the report's
+            first = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
+            lat = timing.Latency(None, f"failed: {type(err).__name__}: {first}")
+        say(_row(name, lat, eager))
+    if not gpu:
+        say("on the CPU torch.compile runs in its default mode: max-autotune tunes GPU kernels")
 
 
-def report(model: Model, records: Records | None = None, compile: bool = True) -> Report:
-    """Profile, apply the tuned kernels and compare; the text has every section, whatever was skipped."""
+def report(model: Model, records: Records | None = None, compile: bool = True,
+           say: Callable[[str], None] = lambda line: None) -> Report:
+    """Profile, apply the tuned kernels and compare; the text has every section, whatever was skipped,
+    and `say` gets each line as soon as it is known (the torch.compile rows, the slowest, come last)."""
     gpu, strict = model.target.is_gpu, model.dtype == "float32"
+    lines: list[str] = []
+
+    def out(*new: str) -> None:
+        for line in new:
+            lines.append(line)
+            say(line)
+
+    out(f"{model.name} ({model.dtype}) on {model.target.device_name} ({model.target.label})"
+        + (", TF32 off (strict FP32)" if gpu and strict else "")
+        + (", cuDNN's algorithms timed (cudnn.benchmark on)" if gpu else ""), "")
     with contextlib.ExitStack() as on_gpu:
         if gpu:
             on_gpu.enter_context(timing.tf32(not strict))
@@ -87,24 +110,25 @@ def report(model: Model, records: Records | None = None, compile: bool = True) -
         found, traced = tasks.profile(model)  # the export and run that apply then takes as they are
         tuned = apply(model.module, model.inputs, target=model.target.kind, records=records, traced=traced)
         choices = {c.workload: c for c in tuned.opevo_choices}
+        used = sum(c.use == "tuned" for c in choices.values())
+        out(f"Tasks: {len(found.tasks)}, a tuned kernel is faster for {used}", *_task_rows(found, choices),
+            f"the tuned model: {tuned.opevo_kept}", "")
         with torch.no_grad():
             want, got = model.module(*model.inputs), tuned(*model.inputs)
-        off = difference(got, want)
-        tolerance = TOLERANCE[getattr(torch, model.dtype)]
-        latency = _latency_rows(model, tuned, compile)
-    if gpu and strict:
-        with timing.tf32(True), timing.cudnn_benchmark():
-            default = timing.model_latency(model.module, model.inputs, gpu)
-        latency.append(f"{'eager with TF32 (PyTorch default in convs)':<48} {_ms(default.ms)} {'':>8}  {default.how}")
-    used = sum(c.use == "tuned" for c in choices.values())
-    ok = off <= tolerance
-    text = [f"{model.name} ({model.dtype}) on {model.target.device_name} ({model.target.label})"
-            + (", TF32 off (strict FP32)" if gpu and strict else "")
-            + (", cuDNN's algorithms timed (cudnn.benchmark on)" if gpu else ""), "",
-            f"Tasks: {len(found.tasks)}, a tuned kernel is faster for {used}", *_task_rows(found, choices),
-            f"the tuned model: {tuned.opevo_kept}", "",
-            "Output: tuned model against the untouched one on the example inputs",
+        off, tolerance = difference(got, want), TOLERANCE[getattr(torch, model.dtype)]
+        ok = off <= tolerance
+        out("Output: tuned model against the untouched one on the example inputs",
             f"max |tuned - torch| / max |torch| = {off:.2e}, tolerance {tolerance:.0e} ({model.dtype}): "
-            + ("ok" if ok else "MISMATCH"), "",
-            "End-to-end latency", *latency]
-    return Report("\n".join(text), ok)
+            + ("ok" if ok else "MISMATCH"), "")
+        out("End-to-end latency", f"{'model':<48} {'ms':>9} {'vs eager':>8}  timed")
+        eager = timing.model_latency(model.module, model.inputs, gpu)
+        out(_row("eager", eager, eager), _row("tuned", timing.model_latency(tuned, model.inputs, gpu), eager))
+        if gpu and strict:
+            with timing.tf32(True):
+                out(_row("eager with TF32 (PyTorch default in convs)",
+                         timing.model_latency(model.module, model.inputs, gpu), None))
+        if compile:
+            _compiled_rows(model, tuned, eager, out)
+        else:
+            out("torch.compile rows skipped (--no-compile)")
+    return Report("\n".join(lines), ok)

@@ -3,7 +3,7 @@
 `tune(tasks, out, trials, minutes)` gives each task an experiment folder (experiments/write.py) under
 out/experiments/<op>/<spec>/ and one NNI experiment, which runs in rounds (rounds.py: created, then
 its trial budget raised round by round).  An experiment stays running between its rounds, on a web-UI
-port of its own from `port` upwards, at most live.MAX_LIVE at once (live.py); all are stopped when
+port of its own from `port` upwards, at most live.live_bound() at once (live.py); all are stopped when
 `tune` ends, however it ends.  Which task gets the next round is Ansor's gradient task scheduler
 (scheduler.py), after a warm-up round of every task.  out/manifest.json (manifest.py) is rewritten after every step, so a killed run started
 again with the same `out` resumes where it stopped and spends no trial twice.
