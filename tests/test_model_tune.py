@@ -279,3 +279,24 @@ def test_tune_two_tasks_through_nnictl_then_a_second_tune_measures_nothing(tmp_p
     assert not (tmp_path / "b" / "nni").exists()
     again = model_tune.tune(tasks, tmp_path / "a", 12, None, target="llvm", port=port)  # resumed: all spent
     assert again["trials"] == 12 and [r["experiment"] for r in again["tasks"]] == [r["experiment"] for r in rows]
+
+
+def test_each_round_is_said_with_the_run_so_far(tmp_path):
+    """A line a round: its task, trials and best kernel, the budget spent and the model's estimated time,
+    which only falls as kernels beat the vendor's."""
+    said = []
+    m = model_tune.plan(TASKS, 30, None, "llvm", DEVICE, retune=False)
+    m.save(tmp_path)
+    fake = FakeNni(CURVES)
+    model_tune.run(m, tmp_path, fake, 30, None, say=said.append)
+    assert len(said) == len(fake.calls)
+    spent, estimates = 0, []
+    for i, (line, (name, trials)) in enumerate(zip(said, fake.calls), start=1):
+        spent += trials
+        assert line.startswith(f"round {i}, {name}: {trials} trials, best ")
+        assert f"; {spent} of 30 trials in " in line
+        before, after = map(float, line.rsplit("model ", 1)[1].split(" ms")[0].split(" -> "))
+        assert before == pytest.approx(sum(t.time_ms for t in TASKS), abs=1e-3)
+        estimates.append(after)
+    assert estimates == sorted(estimates, reverse=True) and estimates[-1] < estimates[0]
+    assert model_tune.summary(m)["model_ms_estimate"] == pytest.approx(estimates[-1], abs=1e-3)

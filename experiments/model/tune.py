@@ -5,8 +5,9 @@ out/experiments/<op>/<spec>/ and one NNI experiment, which runs in rounds (round
 its trial budget raised round by round).  An experiment stays running between its rounds, on a web-UI
 port of its own from `port` upwards, at most live.live_bound() at once (live.py); all are stopped when
 `tune` ends, however it ends.  Which task gets the next round is Ansor's gradient task scheduler
-(scheduler.py), after a warm-up round of every task.  out/manifest.json (manifest.py) is rewritten after every step, so a killed run started
-again with the same `out` resumes where it stopped and spends no trial twice.
+(scheduler.py), after a warm-up round of every task; each round done is said in a line (`progress`).
+out/manifest.json (manifest.py) is rewritten after every step, so a killed run started again with the
+same `out` resumes where it stopped and spends no trial twice.
 
 Before any tuning, a task whose workload has a verified kernel on this device in the records
 (knowledge.py) is taken from there and not measured again, unless `retune`: a second `tune` of the
@@ -146,9 +147,31 @@ def _check(tasks: list[TaskLike], trials: int | None, minutes: float | None) -> 
         raise ValueError(f"minutes must be a positive number, not {minutes}")
 
 
+def print_now(line: str) -> None:
+    print(line, flush=True)
+
+
+def model_ms(m: Manifest) -> tuple[float, float]:
+    """The tasks' time in the model as profiled, and as estimated with every best kernel so far applied
+    where it beats the vendor's (each task's per-call cost times its calls)."""
+    before = sum(e.time_ms for e in m.entries)
+    return before, sum(e.count * e.progress.cost_ms if e.skipped is None else e.time_ms for e in m.entries)
+
+
+def progress(m: Manifest, e: Entry, measured: int) -> str:
+    """One line on the round just done and the run so far."""
+    best = f"best {e.latency_ms:.4f} ms a call" if e.latency_ms is not None else "no verified kernel yet"
+    budget = f" of {m.trials}" if m.trials is not None else ""
+    before, after = model_ms(m)
+    return (f"round {sum(x.progress.rounds for x in m.entries)}, {e.workload}: {measured} trials, {best} "
+            f"(torch's in the model {e.time_ms / max(e.count, 1):.4f}); {m.spent}{budget} trials in "
+            f"{m.elapsed_s:.0f} s; the tasks' time in the model {before:.3f} -> {after:.3f} ms (estimate)")
+
+
 def run(m: Manifest, out: Path, runner: Runner, trials: int | None, minutes: float | None,
-        clock: Callable[[], float] = time.monotonic) -> Manifest:
-    """Spend the budget round by round (warm-up first, then the scheduler's pick), saving after each step."""
+        clock: Callable[[], float] = time.monotonic, say: Callable[[str], None] = print_now) -> Manifest:
+    """Spend the budget round by round (warm-up first, then the scheduler's pick), saving after each step
+    and saying how each round went."""
     m.trials, m.minutes = trials, minutes
     start, before = clock(), m.elapsed_s
     tuned = [i for i, e in enumerate(m.entries) if e.tuned]
@@ -185,6 +208,7 @@ def run(m: Manifest, out: Path, runner: Runner, trials: int | None, minutes: flo
         m.in_flight = None
         left_s()
         m.save(out)
+        say(progress(m, e, measured))
     return m
 
 
@@ -193,8 +217,7 @@ def summary(m: Manifest) -> dict[str, Any]:
     rows = [{"workload": e.workload, "key": e.key, "count": e.count, "share": e.share, "trials": e.trials,
              "gflops": e.gflops, "latency_ms": e.latency_ms, "from_records": e.from_records,
              "experiment": e.experiment, "skipped": e.skipped, "note": e.note} for e in m.entries]
-    before = sum(e.time_ms for e in m.entries)
-    after = sum(e.count * e.progress.cost_ms if e.skipped is None else e.time_ms for e in m.entries)
+    before, after = model_ms(m)
     return {"target": m.target, "device": m.device, "trials": m.spent, "budget_trials": m.trials,
             "budget_minutes": m.minutes, "elapsed_s": round(m.elapsed_s, 1), "tasks": rows,
             "model_ms_before": before, "model_ms_estimate": after}
