@@ -6,8 +6,9 @@ round's size.  So a task's experiment is started once (create or resume) and lef
 round; its next round only raises its budget (rounds.py).  Each live experiment holds a web-UI port of
 its own, from the `port` given upwards; at most `live_bound()` run at once (8 to 32, by free memory),
 and a new one past that bound first stops the least recently used (a stopped experiment is resumed at
-its next round, with its trials and its tuner's checkpoint, so nothing is lost).  `close` stops every experiment the pool started or
-resumed: `tune` calls it on every way out (the end, the budget or time spent, Ctrl-C, an exception).
+its next round, with its trials and its tuner's checkpoint, so nothing is lost).  `close` stops every
+experiment the pool started or resumed: `tune` calls it on every way out (the end, the budget or time
+spent, Ctrl-C, an exception).
 
 An experiment that finished its budget (status DONE) has handed out all its trial requests: NNI 3.0's
 manager asks the tuner for trials only at the start and as trials end (nnimanager.js `manageTrials`), so
