@@ -86,6 +86,9 @@ def test_apply_keeps_the_faster_of_torch_and_the_kernel(tiny_records, monkeypatc
     for c in tuned.opevo_choices:
         assert (c.vendor_ms, c.tuned_ms, c.timed) == ((1.0, 2.0) if c.use == "vendor" else (2.0, 0.5)) + ("made up",)
         assert c.why == ("faster" if c.use == "tuned" else "the vendor's is faster")
+        # where the tuned side lost, its kernel alone too, if torch adds a bias after it (all but the bmm)
+        alone = c.use == "vendor" and not c.workload.startswith("bmm/")
+        assert (c.kernel_ms is not None and c.kernel_ms > 0, c.epilogue) == ((True, "bias") if alone else (False, ""))
     picked = {c.workload for c in tuned.opevo_choices if c.use == "tuned"}
     assert _tuned_nodes(tuned) == picked and len(picked) == 3
     before = kernels.CALLS.copy()
@@ -131,6 +134,10 @@ def test_a_pair_that_cannot_be_captured_is_timed_call_by_call_both(monkeypatch):
     monkeypatch.setattr(timing, "_graphed", lambda fn: lambda: calls.append("replay"))
     assert timing.pair_ms(vendor, tuned, gpu=True, min_run_time=0.001)[2] == "CUDA graph"
     assert set(calls) == {"replay"}
+    calls.clear()  # one more timed as a pair was: from a graph where the pair was, else call by call
+    assert timing.like_ms(vendor, "CUDA graph", min_run_time=0.001) > 0 and set(calls) == {"replay"}
+    calls.clear()
+    assert timing.like_ms(vendor, how, min_run_time=0.001) > 0 and set(calls) == {"vendor"}
 
 
 def test_an_unverified_kernel_in_the_folder_is_built_again(tiny_records, tmp_path):

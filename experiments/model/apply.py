@@ -42,6 +42,8 @@ class Choice:
     tuned_ms: float | None = None
     kernel: str | None = None  # the loaded kernel's id (kernels.load), where one was built
     timed: str | None = None  # how both were timed (timing.pair_ms): "CUDA graph" or "call by call ..."
+    kernel_ms: float | None = None  # where torch's epilogue made the tuned side lose: the kernel without it
+    epilogue: str = ""  # that epilogue (ops.Plan.epilogue)
 
     @property
     def speedup(self) -> float | None:
@@ -111,9 +113,20 @@ def _decide(workload: str, calls: list[trace.NodeCall], target: Any, kind: str, 
                                                     min_run_time)
     if force:
         return Choice(workload, len(calls), "tuned", "forced", vendor_ms, tuned_ms, kernel_id, timed)
-    use = "tuned" if tuned_ms < vendor_ms else "vendor"
-    return Choice(workload, len(calls), use, "faster" if use == "tuned" else "the vendor's is faster",
-                  vendor_ms, tuned_ms, kernel_id, timed)
+    if tuned_ms < vendor_ms:
+        return Choice(workload, len(calls), "tuned", "faster", vendor_ms, tuned_ms, kernel_id, timed)
+    return Choice(workload, len(calls), "vendor", "the vendor's is faster", vendor_ms, tuned_ms, kernel_id, timed,
+                  *_without_epilogue(first, kernel_id, timed, min_run_time))
+
+
+def _without_epilogue(call: trace.NodeCall, kernel_id: str, timed: str, min_run_time: float) -> tuple[float | None, str]:
+    """Where the tuned side of `call` lost and carries torch's epilogue (a bias the vendor fuses), the
+    kernel's own time, timed as the pair was, and the epilogue; (None, "") where it carries none."""
+    p = ops.plan(call.target, call.args, call.kwargs, check=False)
+    if not (isinstance(p, ops.Plan) and p.epilogue):
+        return None, ""
+    with torch.no_grad():
+        return timing.like_ms(lambda: torch.ops.opevo.kernel(*p.operands, kernel_id), timed, min_run_time), p.epilogue
 
 
 def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, choice: Choice) -> None:

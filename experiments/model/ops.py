@@ -7,7 +7,8 @@ operands' strides: an operand whose last two dimensions are stored transposed (a
 x @ W^T; `k.transpose(1, 2)`) is read in place as a `T` operand of the suite's `P<layout>`; any
 other strided operand is copied to row-major first.  Batched matmuls fold their broadcast batch
 dimensions into one (a batch that only one side has becomes rows of a plain matmul).  The bias of
-a linear, addmm or conv stays in torch (`Plan.finish`).
+a linear, addmm or conv stays in torch (`Plan.finish`, a kernel of its own after the tuned one, where
+the vendor fuses it into its epilogue; `Plan.epilogue` says so).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Plan:
     workload: str
     operands: tuple[torch.Tensor, torch.Tensor]
     finish: Callable[[torch.Tensor], torch.Tensor]
+    epilogue: str = ""  # what `finish` computes besides reshaping the output: "bias", or nothing
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ def _with_bias(bias: torch.Tensor | None, shape: Sequence[int]) -> Callable[[tor
     return lambda out: out.view(*shape) + bias
 
 
+def _epilogue(bias: torch.Tensor | None) -> str:
+    return "" if bias is None else "bias"
+
+
 def matmul(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
            check: bool = True) -> Plan | NotTunable:
     """a [..., n, k] @ b [..., k, m] (+ bias), as torch.matmul broadcasts it."""
@@ -95,7 +101,7 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None 
         lb, sb = _stored(b.expand(*batch, k, m).reshape(size, k, m))
         key = f"bmm/B{size}N{n}K{k}M{m}P{la}{lb}{SUFFIX[a.dtype]}"
     checked = _checked(op, key, check)
-    return checked if isinstance(checked, NotTunable) else Plan(checked, (sa, sb), finish)
+    return checked if isinstance(checked, NotTunable) else Plan(checked, (sa, sb), finish, _epilogue(bias))
 
 
 def _pair(v: Any) -> tuple[int, int]:
@@ -127,7 +133,7 @@ def conv2d(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
     if isinstance(checked, NotTunable):
         return checked
     finish = (lambda y: y) if bias is None else (lambda y: y + bias.view(1, -1, 1, 1))
-    return Plan(checked, (x.contiguous(), w.contiguous()), finish)
+    return Plan(checked, (x.contiguous(), w.contiguous()), finish, _epilogue(bias))
 
 
 def _addmm(op: str, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: Any = 1, alpha: Any = 1,

@@ -56,8 +56,9 @@ def _task_row(t: tasks.Task, c: Choice | None) -> str:
     if c is None:
         return f"{t.workload:<40} {t.count:>5} {_ms(None)} {_ms(None)} {'-':>8} {t.share:>7.1%}  vendor"
     speedup = f"{c.speedup:7.2f}x" if c.speedup else f"{'-':>8}"
+    alone = f"; the kernel alone {c.kernel_ms:.4f} ms, before torch adds the {c.epilogue}" if c.kernel_ms else ""
     return (f"{t.workload:<40} {t.count:>5} {_ms(c.vendor_ms)} {_ms(c.tuned_ms)} {speedup} {t.share:>7.1%}  "
-            f"{c.use} ({c.why}{f'; both timed {c.timed}' if c.timed else ''})")
+            f"{c.use} ({c.why}{alone}{f'; both timed {c.timed}' if c.timed else ''})")
 
 
 def _row(name: str, lat: timing.Latency, base: timing.Latency | None) -> str:

@@ -69,6 +69,11 @@ def pair_ms(first: Callable[[], Any], second: Callable[[], Any], gpu: bool,
     return median_ms(first, min_run_time), median_ms(second, min_run_time), how
 
 
+def like_ms(fn: Callable[[], Any], how: str, min_run_time: float = MIN_RUN_S) -> float:
+    """`fn` timed as `pair_ms` timed a pair (`how` is its answer): from a CUDA graph or call by call."""
+    return median_ms(_graphed(fn) if how == "CUDA graph" else fn, min_run_time)
+
+
 @dataclass(frozen=True)
 class Latency:
     ms: float | None
