@@ -164,7 +164,7 @@ def progress(m: Manifest, e: Entry, measured: int) -> str:
     budget = f" of {m.trials}" if m.trials is not None else ""
     before, after = model_ms(m)
     return (f"round {sum(x.progress.rounds for x in m.entries)}, {e.workload}: {measured} trials, {best} "
-            f"(torch's in the model {e.time_ms / max(e.count, 1):.4f}); {m.spent}{budget} trials in "
+            f"(the model's own op {e.time_ms / max(e.count, 1):.4f}); {m.spent}{budget} trials in "
             f"{m.elapsed_s:.0f} s; the tasks' time in the model {before:.3f} -> {after:.3f} ms (estimate)")
 
 
