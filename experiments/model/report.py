@@ -73,8 +73,8 @@ def _compiled_rows(model: Model, tuned: torch.nn.Module, eager: timing.Latency,
     gpu = model.target.is_gpu
     mode = "max-autotune-no-cudagraphs" if gpu else None
     label = f"(mode {mode or 'default'})"
-    say(f"(torch.compile {label} compiling: autotuning every kernel of a large model takes minutes; "
-        "Ctrl-C leaves these rows out)")
+    slow = "max-autotune times every kernel's choices, minutes on a large model; " if gpu else ""
+    say(f"(torch.compile {label} compiling: {slow}Ctrl-C leaves these rows out)")
     for name, module in ((f"torch.compile {label}", model.module), (f"tuned, torch.compile {label}", tuned)):
         try:
             lat = timing.model_latency(torch.compile(module, mode=mode), model.inputs, gpu)
