@@ -38,9 +38,10 @@ def test_report_rows_agree_with_their_figures(tiny_records):
     check = next(re.fullmatch(r"max \|tuned - torch\| / max \|torch\| = (\S+), tolerance 1e-03 \(float32\): (\w+)", x)
                  for x in lines if x.startswith("max |tuned"))
     assert check[2] == "ok" and made.output_ok and float(check[1]) < 1e-3
-    latency = {m[1]: float(m[2]) for m in (re.match(r"^(eager|tuned)\s+([\d.]+)\s+[\d.]+x  call by call$", x)
-                                           for x in lines) if m}
-    assert set(latency) == {"eager", "tuned"} and all(ms > 0 for ms in latency.values())
+    latency = {m[1]: (float(m[3]), bool(m[2])) for m in (re.match(
+        r"^(eager|tuned)( \(= untouched: no kernel kept\))?\s+([\d.]+)\s+[\d.]+x  call by call$", x) for x in lines) if m}
+    assert set(latency) == {"eager", "tuned"} and all(ms > 0 for ms, _ in latency.values())
+    assert latency["tuned"][1] == kept.startswith(("the tuned model: no tuned kernel", "the tuned model: the untouched"))
     assert lines[-1] == "torch.compile rows skipped (--no-compile)"
 
 

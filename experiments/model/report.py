@@ -123,7 +123,8 @@ def report(model: Model, records: Records | None = None, compile: bool = True,
             + ("ok" if ok else "MISMATCH"), "")
         out("End-to-end latency", f"{'model':<48} {'ms':>9} {'vs eager':>8}  timed")
         eager = timing.model_latency(model.module, model.inputs, gpu)
-        out(_row("eager", eager, eager), _row("tuned", timing.model_latency(tuned, model.inputs, gpu), eager))
+        same = " (= untouched: no kernel kept)" if tuned is model.module else ""
+        out(_row("eager", eager, eager), _row(f"tuned{same}", timing.model_latency(tuned, model.inputs, gpu), eager))
         if gpu and strict:
             with timing.tf32(True):
                 out(_row("eager with TF32 (PyTorch default in convs)",
