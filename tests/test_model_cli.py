@@ -1,4 +1,5 @@
 """The model commands: `report`'s rows against their own figures, and `tune`'s arguments and errors."""
+import json
 import re
 import sys
 import types
@@ -31,6 +32,9 @@ def test_report_rows_agree_with_their_figures(tiny_records):
         else:  # where torch's bias made the tuned side lose, the kernel's own time: every task but the bmm
             assert why.startswith("the vendor's is faster") and why.endswith("; both timed call by call")
             assert (alone is not None and float(alone[1]) > 0) == (not workload.startswith("bmm/"))
+    for task in made.data["tasks"]:  # report.json's figures are the printed ones
+        m = rows[task["workload"]]
+        assert (f"{task['vendor_ms']:.4f}", f"{task['tuned_ms']:.4f}", task["use"]) == (m[3], m[4], m[7])
     used = sum(m[7] == "tuned" for m in rows.values())
     assert f"Tasks: {len(TINY_TASKS)}, a tuned kernel is faster for {used}" in lines
     kept = next(x for x in lines if x.startswith("the tuned model: "))
@@ -71,10 +75,19 @@ def test_a_compile_that_fails_or_is_interrupted_leaves_the_report_standing(tiny_
 
 
 def test_report_command(tmp_path, capsys):
-    assert main(["report", TINY, "--target", "llvm", "--no-compile"]) == 0  # an empty store: torch's ops run
+    """The report printed, and its figures in OUT/report.json, the same as printed."""
+    folder = tmp_path / "out"
+    assert main(["report", TINY, "--target", "llvm", "--no-compile", "--out", str(folder)]) == 0  # an empty store
     out = capsys.readouterr().out
     assert "no verified record on this device" in out and "tolerance 1e-03 (float32): ok" in out
-    assert "torch.compile rows skipped (--no-compile)" in out
+    assert "torch.compile rows skipped (--no-compile)" in out and f"wrote {folder / 'report.json'}" in out
+    data = json.loads((folder / "report.json").read_text())
+    assert {t["workload"]: t["count"] for t in data["tasks"]} == TINY_TASKS
+    assert all(t["use"] == "vendor" and t["why"] == "no verified record on this device" for t in data["tasks"])
+    assert data["output"]["ok"] and data["output"]["tolerance"] == 1e-3 and set(data["latency"]) == {
+        "eager", "tuned (= untouched: no kernel kept)"}
+    for name, figure in data["latency"].items():
+        assert re.search(rf"^{re.escape(name)}\s+{figure['ms']:.4f}\s", out, re.M) and figure["timed"] == "call by call"
     (tmp_path / "m.onnx").write_bytes(b"")
     assert main(["report", str(tmp_path / "m.onnx"), "--target", "llvm"]) == 2
     assert "report runs a PyTorch model" in capsys.readouterr().err

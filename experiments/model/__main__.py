@@ -2,7 +2,8 @@
 
     tasks   trace and profile the model; print its tasks and what cannot be tuned; write tasks.json
     tune    tune the tasks (--trials N | --minutes M), one NNI experiment each, resumable
-    report  apply the tuned kernels and print per task and end-to-end timings and the output check
+    report  apply the tuned kernels and print per task and end-to-end timings and the output check;
+            the same figures in OUT/report.json
 
 MODEL: path/to/file.py:function, torchvision:NAME, timm:NAME, transformers:TYPE or a .onnx file
 (experiments/model/load.py).  A bad model, option, budget or device is a message and exit status 2; an
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import re
 import sys
 from pathlib import Path
@@ -127,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         if model.onnx is not None:
             raise ModelError("report runs a PyTorch model: give the model's Python source, not its ONNX file")
         made = report(model, compile=not args.no_compile, say=lambda line: print(line, flush=True))
+        path = _out(args) / "report.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(made.data, indent=1))
+        print(f"\nwrote {path}")
         return 0 if made.output_ok else 1
     except (ModelError, RecordsError, ValueError) as err:  # ValueError: tune's checks, ManifestError
         print(f"error: {err}", file=sys.stderr)

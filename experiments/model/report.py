@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -36,6 +37,7 @@ from .load import Model
 class Report:
     text: str
     output_ok: bool
+    data: dict[str, Any]  # the same figures for a program: tasks, output check, latencies (report.json)
 
 
 def _ms(value: float | None) -> str:
@@ -61,15 +63,15 @@ def _task_row(t: tasks.Task, c: Choice | None) -> str:
             f"{c.use} ({c.why}{alone}{f'; both timed {c.timed}' if c.timed else ''})")
 
 
-def _row(name: str, lat: timing.Latency, base: timing.Latency | None) -> str:
-    ratio = f"{base.ms / lat.ms:7.2f}x" if base is not None and base.ms and lat.ms else f"{'':>8}"
+def _row(name: str, lat: timing.Latency, base_ms: float | None) -> str:
+    ratio = f"{base_ms / lat.ms:7.2f}x" if base_ms and lat.ms else f"{'':>8}"
     return f"{name:<48} {_ms(lat.ms)} {ratio}  {lat.how}"
 
 
-def _compiled_rows(model: Model, tuned: torch.nn.Module, eager: timing.Latency,
+def _compiled_rows(model: Model, tuned: torch.nn.Module, row: Callable[[str, timing.Latency], None],
                    say: Callable[[str], None]) -> None:
-    """The torch.compile rows, said one by one.  Inductor's failure on a model is that row's result, and
-    Ctrl-C while it compiles leaves the compile rows out: the rest of the report stands either way."""
+    """The torch.compile rows (`row` says and keeps each).  Inductor's failure on a model is that row's
+    result, and Ctrl-C while it compiles leaves the compile rows out: the rest of the report stands."""
     gpu = model.target.is_gpu
     mode = "max-autotune-no-cudagraphs" if gpu else None
     label = f"(mode {mode or 'default'})"
@@ -84,7 +86,7 @@ def _compiled_rows(model: Model, tuned: torch.nn.Module, eager: timing.Latency,
         except Exception as err:  # noqa: BLE001 - Inductor's failure is this row's result, not the report's
             first = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
             lat = timing.Latency(None, f"failed: {type(err).__name__}: {first}")
-        say(_row(name, lat, eager))
+        row(name, lat)
     if not gpu:
         say("on the CPU torch.compile runs in its default mode: max-autotune tunes GPU kernels")
 
@@ -95,11 +97,17 @@ def report(model: Model, records: Records | None = None, compile: bool = True,
     and `say` gets each line as soon as it is known (the torch.compile rows, the slowest, come last)."""
     gpu, strict = model.target.is_gpu, model.dtype == "float32"
     lines: list[str] = []
+    data: dict[str, Any] = {"model": model.name, "dtype": model.dtype, "device": model.target.device_name,
+                            "target": model.target.label, "latency": {}}
 
     def out(*new: str) -> None:
         for line in new:
             lines.append(line)
             say(line)
+
+    def row(name: str, lat: timing.Latency, vs_eager: bool = True) -> None:
+        data["latency"][name] = {"ms": lat.ms, "timed": lat.how}
+        out(_row(name, lat, data["latency"]["eager"]["ms"] if vs_eager else None))
 
     out(f"{model.name} ({model.dtype}) on {model.target.device_name} ({model.target.label})"
         + (", TF32 off (strict FP32)" if gpu and strict else "")
@@ -112,25 +120,31 @@ def report(model: Model, records: Records | None = None, compile: bool = True,
         tuned = apply(model.module, model.inputs, target=model.target.kind, records=records, traced=traced)
         choices = {c.workload: c for c in tuned.opevo_choices}
         used = sum(c.use == "tuned" for c in choices.values())
+        data["tasks"] = [{"workload": t.workload, "count": t.count, "share": t.share,
+                          **(asdict(choices[t.workload]) if t.workload in choices else {"use": "vendor"})}
+                         for t in found.tasks]
+        data["untunable"] = [{"op": u.op, "share": u.share} for u in found.untunable]
+        data["kept"] = tuned.opevo_kept
         out(f"Tasks: {len(found.tasks)}, a tuned kernel is faster for {used}", *_task_rows(found, choices),
             f"the tuned model: {tuned.opevo_kept}", "")
         with torch.no_grad():
             want, got = model.module(*model.inputs), tuned(*model.inputs)
         off, tolerance = difference(got, want), TOLERANCE[getattr(torch, model.dtype)]
         ok = off <= tolerance
+        data["output"] = {"difference": off, "tolerance": tolerance, "ok": ok}
         out("Output: tuned model against the untouched one on the example inputs",
             f"max |tuned - torch| / max |torch| = {off:.2e}, tolerance {tolerance:.0e} ({model.dtype}): "
             + ("ok" if ok else "MISMATCH"), "")
         out("End-to-end latency", f"{'model':<48} {'ms':>9} {'vs eager':>8}  timed")
-        eager = timing.model_latency(model.module, model.inputs, gpu)
+        row("eager", timing.model_latency(model.module, model.inputs, gpu))
         same = " (= untouched: no kernel kept)" if tuned is model.module else ""
-        out(_row("eager", eager, eager), _row(f"tuned{same}", timing.model_latency(tuned, model.inputs, gpu), eager))
+        row(f"tuned{same}", timing.model_latency(tuned, model.inputs, gpu))
         if gpu and strict:
             with timing.tf32(True):
-                out(_row("eager with TF32 (PyTorch default in convs)",
-                         timing.model_latency(model.module, model.inputs, gpu), None))
+                row("eager with TF32 (PyTorch default in convs)",
+                    timing.model_latency(model.module, model.inputs, gpu), vs_eager=False)
         if compile:
-            _compiled_rows(model, tuned, eager, out)
+            _compiled_rows(model, tuned, row, out)
         else:
             out("torch.compile rows skipped (--no-compile)")
-    return Report("\n".join(lines), ok)
+    return Report("\n".join(lines), ok, data)
