@@ -59,10 +59,10 @@ TASKS = [Task("mm/N64K64M64", 2, 1.0, 0.75), Task("conv/N1C4HW8F8K3ST1PD1", 1, 0
 CURVES = {"mm/N64K64M64": improving(0.8, 0.2), "conv/N1C4HW8F8K3ST1PD1": flat(0.9)}
 
 
-def run_fake(tmp_path, trials, runner, tasks=TASKS, minutes=None, **clock):
+def run_fake(tmp_path, trials, runner, tasks=TASKS, minutes=None, **more):
     m = Manifest.load(tmp_path) or model_tune.plan(tasks, trials, minutes, "llvm", DEVICE, retune=False)
     m.save(tmp_path)
-    return model_tune.run(m, tmp_path, runner, trials, minutes, **clock)
+    return model_tune.run(m, tmp_path, runner, trials, minutes, **more)
 
 
 # -- the scheduler ---------------------------------------------------------------------------------------
@@ -284,11 +284,8 @@ def test_tune_two_tasks_through_nnictl_then_a_second_tune_measures_nothing(tmp_p
 def test_each_round_is_said_with_the_run_so_far(tmp_path):
     """A line a round: its task, trials and best kernel, the budget spent and the model's estimated time,
     which only falls as kernels beat the vendor's."""
-    said = []
-    m = model_tune.plan(TASKS, 30, None, "llvm", DEVICE, retune=False)
-    m.save(tmp_path)
-    fake = FakeNni(CURVES)
-    model_tune.run(m, tmp_path, fake, 30, None, say=said.append)
+    said, fake = [], FakeNni(CURVES)
+    m = run_fake(tmp_path, 30, fake, say=said.append)
     assert len(said) == len(fake.calls)
     spent, estimates = 0, []
     for i, (line, (name, trials)) in enumerate(zip(said, fake.calls), start=1):
