@@ -121,9 +121,10 @@ def _decide(workload: str, calls: list[trace.NodeCall], target: Any, kind: str, 
 
 def _without_epilogue(call: trace.NodeCall, kernel_id: str, timed: str, min_run_time: float) -> tuple[float | None, str]:
     """Where the tuned side of `call` lost and carries torch's epilogue (a bias the vendor fuses), the
-    kernel's own time, timed as the pair was, and the epilogue; (None, "") where it carries none."""
-    p = ops.plan(call.target, call.args, call.kwargs, check=False)
-    if not (isinstance(p, ops.Plan) and p.epilogue):
+    kernel's own time on the traced call's operands (its plan), timed as the pair was, and the epilogue;
+    (None, "") where it carries none."""
+    p = call.plan
+    if not p.epilogue:
         return None, ""
     with torch.no_grad():
         return timing.like_ms(lambda: torch.ops.opevo.kernel(*p.operands, kernel_id), timed, min_run_time), p.epilogue

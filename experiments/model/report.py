@@ -105,9 +105,9 @@ def report(model: Model, records: Records | None = None, compile: bool = True,
             lines.append(line)
             say(line)
 
-    def row(name: str, lat: timing.Latency, vs_eager: bool = True) -> None:
+    def row(name: str, lat: timing.Latency, vs_eager: bool = True, label: str | None = None) -> None:
         data["latency"][name] = {"ms": lat.ms, "timed": lat.how}
-        out(_row(name, lat, data["latency"]["eager"]["ms"] if vs_eager else None))
+        out(_row(label or name, lat, data["latency"]["eager"]["ms"] if vs_eager else None))
 
     out(f"{model.name} ({model.dtype}) on {model.target.device_name} ({model.target.label})"
         + (", TF32 off (strict FP32)" if gpu and strict else "")
@@ -138,7 +138,7 @@ def report(model: Model, records: Records | None = None, compile: bool = True,
         out("End-to-end latency", f"{'model':<48} {'ms':>9} {'vs eager':>8}  timed")
         row("eager", timing.model_latency(model.module, model.inputs, gpu))
         same = " (= untouched: no kernel kept)" if tuned is model.module else ""
-        row(f"tuned{same}", timing.model_latency(tuned, model.inputs, gpu))
+        row("tuned", timing.model_latency(tuned, model.inputs, gpu), label=f"tuned{same}")
         if gpu and strict:
             with timing.tf32(True):
                 row("eager with TF32 (PyTorch default in convs)",
