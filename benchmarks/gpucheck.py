@@ -7,8 +7,9 @@
    the same type (FP32 with TF32 off) timed in the same run.
 2. An OpEvo experiment of --trials trials on mm/N512K1024M1024 through `nnictl create`, as a user
    starts one (cold: no warm start from the records), stopped at its end.
-Prints both tables in markdown; exits 1 if a hand-picked config is not `ok` or the experiment
-verified no kernel, 2 if there is no GPU here (--target llvm runs it on the CPU, for tests).
+Prints both tables in markdown; exits 1 if a hand-picked config is not `ok`, the vendor's output differs
+from the float64 reference the suite's kernels are checked against, or the experiment verified no
+kernel; 2 if there is no GPU here (--target llvm runs it on the CPU, for tests).
 """
 from __future__ import annotations
 
@@ -52,6 +53,19 @@ def experiment(workload: str, trials: int, concurrency: int | None, port: int, t
             "trials_per_s": len(metrics) / max(end - done.started, 1e-9)}
 
 
+def problems(rows: list[dict[str, Any]], exp: dict[str, Any]) -> list[str]:
+    """What fails the check: a hand-picked config not `ok`, a vendor output that the reference rejects,
+    an experiment that verified no kernel."""
+    failed = [r["workload"] for r in rows if r["status"] != Status.OK]
+    found = [f"hand-picked config not ok: {', '.join(failed)}"] if failed else []
+    differ = [r["workload"] for r in rows if (r.get("vendor") or {}).get("check")]
+    if differ:
+        found.append(f"the vendor's output differs from the float64 reference: {', '.join(differ)}")
+    if exp["best_gflops"] <= 0:
+        found.append("the experiment verified no kernel")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpucheck", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -91,15 +105,12 @@ def main(argv: list[str] | None = None) -> int:
                      ", ".join(f"{k} {v}" for k, v in sorted(exp["statuses"].items())), f"{exp['best_gflops']:.1f}",
                      f"{exp['best_gflops'] / vendor:.2f}" if vendor else "-", f"{exp['wall_s']:.1f}",
                      f"{exp['trials_per_s']:.2f}"]]))
-    failed = [r["workload"] for r in rows if r["status"] != Status.OK]
-    problems = [f"hand-picked config not ok: {', '.join(failed)}"] if failed else []
-    if exp["best_gflops"] <= 0:
-        problems.append("the experiment verified no kernel")
+    found = problems(rows, exp)
     if args.json:
         args.json.write_text(json.dumps({"device": where.describe(), "handpicked": rows, "experiment": exp}, indent=1))
-    verdict = "FAILED: " + "; ".join(problems) if problems else "passed"
+    verdict = "FAILED: " + "; ".join(found) if found else "passed"
     print(f"\nGPU check {verdict} ({time.monotonic() - start:.0f} s)")
-    return 1 if problems else 0
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

@@ -47,8 +47,9 @@ def cells(row: dict[str, Any]) -> list[str]:
     """The row as the table's cells (HEADER)."""
     vendor = row.get("vendor")
     ratio = f"{row['gflops'] / vendor['gflops']:.2f}" if vendor else "-"
+    reason = row["reason"] or (f"vendor's output: {vendor['check']}" if vendor and vendor.get("check") else "")
     return [row["workload"], row["status"], f"{row['gflops']:.1f}", f"{row['latency_ms'] or 0:.4f}",
-            f"{vendor['gflops']:.1f}" if vendor else "-", ratio, row["reason"][:80]]
+            f"{vendor['gflops']:.1f}" if vendor else "-", ratio, reason[:80]]
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:

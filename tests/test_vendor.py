@@ -1,11 +1,14 @@
 """The vendor baselines (trial.vendor, benchmarks.vendor) where there is no GPU: no figure, and the command says why."""
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks import vendor
+from trial import vendor as library
 from trial.vendor import baseline
-from trial.workload import parse
+from trial.verify import make_inputs
+from trial.workload import parse, parse_name
 
 
 def test_vendor_baseline_only_on_cuda():
@@ -20,3 +23,36 @@ def test_vendor_command_says_why_it_has_no_figure(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         vendor.main(["conv/N8C3HW16"])
     assert "N8C3HW16" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["mm/N64K48M40", "mm/N32K64M48PTT", "bmm/B3N16K32M24PNT", "mm/N32K64M48PNT_f16",
+                                  "mm/N32K64M48PTN_bf16", "mm/N32K64M48_i8", "conv/N2C4HW9F6K3ST2PD1",
+                                  "conv/N2C5HW8F3K3ST1PD1"])
+def test_the_library_computes_on_the_suites_inputs_and_is_checked_against_its_reference(name):
+    """On the CPU build of PyTorch (its own kernels, not cuBLAS/cuDNN): the call the baseline times takes the
+    suite's seeded inputs in the workload's type and layout, its output passes the float64 reference the
+    suite's kernels pass, and a wrong output does not."""
+    import torch
+
+    wl = parse_name(name)
+    a, b = library.operands(wl, torch, "cpu")
+    want = [x.astype("float64") for x in make_inputs(wl)]
+    assert [tuple(t.shape) for t in (a, b)] == [w.shape for w in want] == list(wl.input_shapes)
+    assert all(np.array_equal(t.double().numpy(), w) for t, w in zip((a, b), want))  # the same values, exactly
+    assert a.dtype == b.dtype == getattr(torch, wl.element.name)
+    label, call = library._call(wl, torch, "cpu")
+    out = call()
+    assert tuple(out.shape) == wl.output_shape and library.check(wl, out) is None
+    wrong = out.clone()
+    wrong.view(-1)[-1] += 1000  # the last output is among those checked (sample_indices keeps the corners)
+    assert library.check(wl, wrong).startswith("1 of ")
+
+
+def test_float8_operands_are_the_suites_values():
+    """float8 e4m3 (timed with torch._scaled_mm on a GPU): the operands hold the suite's values exactly."""
+    import torch
+
+    wl = parse_name("mm/N32K64M48PNT_e4m3")
+    got = library.operands(wl, torch, "cpu")
+    assert all(t.dtype == torch.float8_e4m3fn for t in got)
+    assert all(np.array_equal(t.float().numpy(), w.astype("float32")) for t, w in zip(got, make_inputs(wl)))

@@ -1,5 +1,7 @@
 """Vendor-library baselines through PyTorch: cuBLAS (mm, bmm) and cuDNN (conv) in the workload's type and
-layout (FP32 with TF32 off; float16, bfloat16, int8 and float8 e4m3 on tensor cores).
+layout (FP32 with TF32 off; float16, bfloat16, int8 and float8 e4m3 on tensor cores), on the suite's own
+seeded inputs, its output checked against the same float64 reference as the suite's kernels (trial/verify.py):
+a figure of a library that computes something else would compare nothing.
 
 PyTorch is not a dependency of the suite; these baselines run where it is installed (GPU machines).
 `baseline` times the library only where that makes sense and under the device lock, with a measurement's
@@ -12,9 +14,9 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from . import devicelock
+from . import devicelock, winograd
 from .measure import Options
-from .verify import int8_bound
+from .verify import Reference, make_inputs
 from .workload import Workload
 
 GRAPH_CALLS = 100
@@ -44,8 +46,9 @@ def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
 
 def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float = Options.min_repeat_ms,
                 cudnn_benchmark: bool = True) -> dict[str, Any] | None:
-    """Median latency (ms) and GFLOPS of the vendor library on `wl`, on the current CUDA device; None where
-    the library has no kernel for it (`_call`).
+    """Median latency (ms) and GFLOPS of the vendor library on `wl`, on the current CUDA device, and "check":
+    None where its output passed the float64 reference (`check`), else what differs (its "library" says so
+    too); None where the library has no kernel for it (`_call`).
 
     cuDNN picks its algorithm by timing them all (`cudnn_benchmark`, as a user tuning for speed would) or,
     with False, by its heuristics (PyTorch's default).
@@ -94,7 +97,23 @@ def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_be
     run()
     replays = max(1, int(min_repeat_ms / max(_elapsed_ms(torch, run), 1e-3)))
     ms = statistics.median(_elapsed_ms(torch, run, replays) / calls for _ in range(repeat))
-    return {"library": name, "latency_ms": ms, "gflops": wl.flops / ms / 1e6, "timing": timing}
+    wrong = check(wl, fn())
+    if wrong:  # every table that shows the figure shows this with it
+        name += ", its output differs from the float64 reference"
+    return {"library": name, "latency_ms": ms, "gflops": wl.flops / ms / 1e6, "timing": timing, "check": wrong}
+
+
+def check(wl: Workload, output: Any) -> str | None:
+    """None where the library's `output` (a torch tensor, of `_call`'s operands) matches the float64 reference
+    of `wl` within the tolerance the suite's kernels get, else what differs.  A convolution that cuDNN may
+    compute by Winograd's transforms (stride 1, a kernel trial/winograd.py has a tile for) passes with
+    their rounding too, as the suite's Winograd kernels do."""
+    got = (output.float() if output.is_floating_point() else output).cpu().numpy()
+    reference = Reference.of(wl)
+    wrong = reference.check(got)
+    if wrong and wl.op == "conv" and wl.dims["ST"] == 1 and wl.dims["K"] in winograd.TILE:
+        return reference.check(got, "winograd") and wrong
+    return wrong
 
 
 def _elapsed_ms(torch: Any, run: Callable[[], Any], times: int = 1) -> float:
@@ -109,8 +128,20 @@ def _elapsed_ms(torch: Any, run: Callable[[], Any], times: int = 1) -> float:
     return start.elapsed_time(end) / times
 
 
-def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
-    """The library's name (with the type) and a call of it on `wl`'s operands in `wl`'s type and layout, or None.
+def operands(wl: Workload, torch: Any, device: str = "cuda") -> list[Any]:
+    """`wl`'s inputs as the suite's kernels get them (verify.make_inputs, seeded), as torch tensors on
+    `device` in `wl`'s type and stored layout: the reference knows what the library's output must be."""
+    e = wl.element
+    found = []
+    for x in make_inputs(wl):
+        t = torch.from_numpy(x if e.is_integer else x.astype("float32")).to(device)
+        found.append(t if e.is_integer else t.to(getattr(torch, e.name)))
+    return found
+
+
+def _call(wl: Workload, torch: Any, device: str = "cuda") -> tuple[str, Callable[[], Any]] | None:
+    """The library's name (with the type) and a call of it on `wl`'s operands (`operands`), returning its
+    output, or None.
 
     float32, float16 and bfloat16: torch.mm / torch.bmm (the 16-bit types write their own type); int8:
     torch._int_mm (int32 out); float8 e4m3: torch._scaled_mm with unit scales (float32 out).  Both 8-bit
@@ -120,14 +151,11 @@ def _call(wl: Workload, torch: Any) -> tuple[str, Callable[[], Any]] | None:
     """
     import torch.nn.functional as F
 
-    dev, e = torch.device("cuda"), wl.element
+    e = wl.element
     if e.itemsize == 1 and wl.op == "bmm":
         return None
-    if e.is_integer:
-        bound = int8_bound(wl.reduction)
-        a, b = (torch.randint(-bound, bound + 1, s, device=dev, dtype=torch.int8) for s in wl.input_shapes)
-    else:
-        a, b = ((torch.rand(s, device=dev) * 2 - 1).to(getattr(torch, e.name)) for s in wl.input_shapes)
+    dev = torch.device(device)
+    a, b = operands(wl, torch, device)
     if wl.op == "conv":
         d = wl.dims
         return "cuDNN FP32 (TF32 off)", lambda: F.conv2d(a, b, stride=d["ST"], padding=d["PD"])
