@@ -1,7 +1,7 @@
 """The benchmark protocol: frozen tuners on the study's and held-out workloads, several seeds, medians with CIs.
 
     python -m benchmarks.protocol [--quick] [--set study|held-out|all] [--tuners opevo gbfs na2c random]
-        [--seeds 5] [--trials 128] [--workers N] [--target auto|cuda|rocm|llvm] [--out DIR]
+        [--seeds 5] [--trials 128] [--workers N] [--parallel P] [--target auto|cuda|rocm|llvm] [--out DIR]
         [--workloads op/spec ...]
 
 Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experiments' classArgs
@@ -13,6 +13,11 @@ device and versions (`benchmarks.protocol_report`), and written to OUT/summary.m
 
 --quick: the first study and held-out workloads, OpEvo only, 1 seed, 64 trials (one short GPU session);
 flags given with it still win.  --workloads replaces the sets by the given op/spec names.
+
+--parallel P runs P of the missing runs at a time (default 1), in one measuring service that spreads
+their kernels over every GPU of the host: on G GPUs, P = G with P x --workers trials in flight at most
+one per core keeps each run's pace close to a run alone on one GPU.  The record of each run says P, since
+its seconds (time to quality, wall time) are those of a run that shared the host.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import argparse
 import logging
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +58,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=number_type(int, 1, 1000), help=f"seeds 0..S-1 per tuner (default {DEFAULTS['seeds']})")
     p.add_argument("--trials", type=number_type(int, 1, 100_000), help=f"trials per run (default {DEFAULTS['trials']})")
     p.add_argument("--workers", type=number_type(int, 1, 1024), default=registry.CONCURRENCY,
-                   help=f"trials measured at once (default {registry.CONCURRENCY})")
+                   help=f"trials measured at once in a run (default {registry.CONCURRENCY})")
+    p.add_argument("--parallel", type=number_type(int, 1, 256), default=1,
+                   help="runs at a time, their kernels spread over the host's GPUs (default 1)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))
     p.add_argument("--min-repeat-ms", type=number_type(int, 1, 60000), default=Options.min_repeat_ms,
                    help=f"minimum length of a timed repeat (default {Options.min_repeat_ms})")
@@ -95,26 +103,41 @@ def _device(kind: str, seen: list[str]) -> str:
         return f"unknown ({err})"
 
 
-def seeds_of(entry: Entry, tuner: str, args: argparse.Namespace, options: Options, records: Records,
-             failed: list[str]) -> tuple[list[dict[str, Any]], int]:
-    """The records of `tuner`'s seeds on `entry`: read where already there, else run and saved; and how many
-    were run.  A run that raises is logged and named in `failed`, and left out (it runs again next time)."""
-    wl, found, ran = parse_name(entry.workload), [], 0
-    for seed in range(args.seeds):
-        where = protocol_run.path(args.out, wl, tuner, seed, args.trials, args.workers)
-        record = protocol_run.load(where)
-        if record is None:
-            try:
-                record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options,
-                                          records, not args.no_progress)
-            except Exception as err:  # noqa: BLE001 - one broken run must not end the protocol
-                _logger.exception("%s %s seed %d failed", wl.name, tuner, seed)
-                failed.append(f"{wl.name} {tuner} seed {seed}: {type(err).__name__}: {err}")
-                continue
-            protocol_run.save(where, record)
-            ran += 1
-        found.append(record)
-    return found, ran
+Job = tuple[Entry, str, int]
+"""One run of the protocol: a workload, a tuner and a seed."""
+
+
+def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, records: Records,
+                failed: list[str]) -> int:
+    """Run and save every job without a record, `args.parallel` at a time; returns how many ran.  A run that
+    raises is logged and named in `failed`, and left out (it runs again next time)."""
+    def one(job: Job) -> int:
+        entry, tuner, seed = job
+        wl = parse_name(entry.workload)
+        try:
+            record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options, records,
+                                      not args.no_progress and args.parallel == 1)
+        except Exception as err:  # noqa: BLE001 - one broken run must not end the protocol
+            _logger.exception("%s %s seed %d failed", wl.name, tuner, seed)
+            failed.append(f"{wl.name} {tuner} seed {seed}: {type(err).__name__}: {err}")
+            return 0
+        protocol_run.save(_path(job, args), {**record, "parallel": args.parallel})
+        return 1
+
+    missing = [job for job in jobs if protocol_run.load(_path(job, args)) is None]
+    with ThreadPoolExecutor(args.parallel, thread_name_prefix="run") as pool:
+        return sum(pool.map(one, missing))
+
+
+def _path(job: Job, args: argparse.Namespace) -> Path:
+    entry, tuner, seed = job
+    return protocol_run.path(args.out, parse_name(entry.workload), tuner, seed, args.trials, args.workers)
+
+
+def recorded(entry: Entry, tuner: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The records of `tuner`'s seeds on `entry` that are there."""
+    found = (protocol_run.load(_path((entry, tuner, seed), args)) for seed in range(args.seeds))
+    return [record for record in found if record is not None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,13 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("nni").setLevel(logging.WARNING)
     options = Options(target=args.target, min_repeat_ms=args.min_repeat_ms)
     failed: list[str] = []
-    ran, tables, seen = 0, [], []
+    ran = run_missing([(entry, tuner, seed) for entries in sets.values() for entry in entries
+                       for tuner in args.tuners for seed in range(args.seeds)], args, options, records, failed)
+    tables, seen = [], []
     for title, entries in sets.items():
         rows, with_vendor = [], False
         for entry in entries:
             for tuner in args.tuners:
-                found, count = seeds_of(entry, tuner, args, options, records, failed)
-                ran += count
+                found = recorded(entry, tuner, args)
                 seen += [r["device"] for r in found if r.get("device")]
                 with_vendor |= any(r.get("vendor") for r in found)
                 rows.append(protocol_report.row(entry, tuner, found))

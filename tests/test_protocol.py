@@ -98,6 +98,33 @@ def test_a_killed_protocol_runs_only_what_is_missing_and_a_failed_run_is_not_rec
     assert json.loads(killed.read_text())["seed"] == 0
 
 
+def test_runs_at_a_time_each_record_says_how_many(tmp_path, capsys, monkeypatch):
+    """--parallel 2: the missing runs two at a time (seen running together), every one recorded once, and
+    each record says it shared the host with another."""
+    import threading
+
+    out, real = tmp_path / "out", protocol_run.one
+    running, most, lock = [0], [0], threading.Lock()
+
+    def watched(*args, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(protocol_run, "one", watched)
+    assert protocol.main(["--workloads", TINY[0], "--tuners", "random", "--seeds", "4", "--trials", "3",
+                          "--workers", "1", "--parallel", "2", "--target", "llvm", "--min-repeat-ms", "1",
+                          "--out", str(out), "--no-progress"]) == 0
+    records = [json.loads(p.read_text()) for p in sorted(out.rglob("*.json"))]
+    assert sorted(r["seed"] for r in records) == [0, 1, 2, 3] and {r["parallel"] for r in records} == {2}
+    assert most[0] == 2 and "4 runs measured" in capsys.readouterr().err
+
+
 def test_runs_with_a_vendor_figure_get_ratios_with_intervals(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(protocol_run, "baseline", lambda wl, target, repeat, min_repeat_ms: {
         "library": "fake BLAS", "gflops": 2.0, "latency_ms": 1.0})
