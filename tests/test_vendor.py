@@ -4,7 +4,8 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import vendor
+from benchmarks import gpucheck, vendor
+from benchmarks.handpicked import cells
 from trial import vendor as library
 from trial.vendor import baseline
 from trial.verify import make_inputs
@@ -56,3 +57,15 @@ def test_float8_operands_are_the_suites_values():
     got = library.operands(wl, torch, "cpu")
     assert all(t.dtype == torch.float8_e4m3fn for t in got)
     assert all(np.array_equal(t.float().numpy(), w.astype("float32")) for t, w in zip(got, make_inputs(wl)))
+
+
+def test_gpucheck_fails_where_the_vendors_output_is_wrong():
+    """A vendor figure whose output the float64 reference rejects fails the check, and its row says why."""
+    ok = {"workload": "mm/N16K16M16", "status": "ok", "gflops": 2.0, "latency_ms": 1.0, "reason": ""}
+    wrong = {**ok, "workload": "mm/N32K32M32", "vendor": {"gflops": 1.0, "check": "1 of 1024 checked outputs differ"}}
+    right = {**ok, "vendor": {"gflops": 1.0, "check": None}}
+    assert gpucheck.problems([right], {"best_gflops": 1.0}) == []
+    assert gpucheck.problems([right, wrong], {"best_gflops": 1.0}) == [
+        "the vendor's output differs from the float64 reference: mm/N32K32M32"]
+    assert cells(wrong)[-2:] == ["2.00", "vendor's output: 1 of 1024 checked outputs differ"]
+    assert cells(right)[-1] == ""
