@@ -23,7 +23,12 @@ of each trial job, they give the mean seconds of each hop of a trial:
                 the trials' lifetimes, over the trials
 
 `trials/s` counts trials from the first trial's start to the last one's end; `incl. start` from
-`nnictl create` (NNI's own start-up included).  --driver also runs the same tuner, budget and
+`nnictl create` (NNI's own start-up included).  CPU columns, over the same span: the host's CPU
+seconds a trial (all processes, from psutil's system-wide counters) and how busy its cores were; of
+them, each trial process's own (Python, imports, NNI's channel, the records), the build worker's
+(TVM and the CUDA compiler, the linker) and the runner's (loading, verifying, timing; a GPU's wait
+spins a core), measured in those processes; what is left is NNI's manager and tuner, the measuring
+service's threads, and the rest of the host.  --driver also runs the same tuner, budget and
 concurrency through the benchmark driver (no NNI manager, no trial processes) on all the GPUs given
 last, for the rate NNI should approach.  --runner measures through TVM's RPC tracker instead (its servers'
 GPUs; `auto` concurrency counts them).
@@ -35,6 +40,7 @@ import json
 import os
 import statistics
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -53,6 +59,24 @@ from .experiments import nnictl_experiment, write_folder
 
 HOPS = ("tuner holds", "to process", "imports", "parameters", "measure", "report", "exit", "to tuner", "slot idle")
 SHOWN_STAGES = ("build", "lock_wait", "run")
+CPU_PARTS = ("trial process", "build", "run")
+
+
+def host_busy_s() -> float:
+    """CPU seconds all cores of this host have spent busy since boot (not idle, not waiting for I/O)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def host_cpu(samples: list[tuple[float, float]], start: float, end: float) -> float | None:
+    """Busy core-seconds a second over [start, end] from (time, `host_busy_s`) samples: the rate between
+    the first sample at or after `start` and the last at or before `end` (None where fewer than two)."""
+    inside = [(t, busy) for t, busy in samples if start <= t <= end]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
 
 
 def _mean(values: list[float]) -> float | None:
@@ -84,6 +108,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
     ends = {job["trialJobId"]: job["endTime"] / 1000 for job in jobs if job.get("endTime")}
     hops: dict[str, list[float]] = defaultdict(list)
     stages: dict[str, list[float]] = defaultdict(list)
+    cpu: dict[str, list[float]] = defaultdict(list)
     lifetimes = []
     for trial in by_pid.values():
         try:
@@ -108,6 +133,9 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
             hops["to tuner"].append(tuner_result[pid] - reported["t"])
         for stage, seconds in measured.get("stages", {}).items():
             stages[stage].append(seconds)
+        for part, seconds in [*measured.get("cpu_s", {}).items(), ("trial process", trial.get("trial_done", {}).get("cpu_s"))]:
+            if seconds is not None:
+                cpu[part].append(seconds)
     out: dict[str, Any] = {"trials": len(lifetimes), "span_s": None, "first_start": None}
     if lifetimes:
         first, last = min(s for s, _ in lifetimes), max(e for _, e in lifetimes)
@@ -116,6 +144,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
         hops["slot idle"] = [max(0.0, concurrency * (last - first) - busy) / len(lifetimes)]
     out["hops"] = {hop: _mean(hops[hop]) for hop in HOPS}
     out["stages"] = {stage: _mean(values) for stage, values in stages.items()}
+    out["cpu_s"] = {part: _mean(values) for part, values in cpu.items()}
     return out
 
 
@@ -126,13 +155,17 @@ def experiment(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: st
     scratch = Path(tempfile.mkdtemp(prefix="opevo-nnipace-"))
     (scratch / "timeline").mkdir()
     folder = write_folder(wl, scratch, trials, concurrency, runner)
+    samples = [(time.time(), host_busy_s())]
     with _environment({timeline.ENV: str(scratch / "timeline"), "OPEVO_TARGET": target, "CUDA_VISIBLE_DEVICES": gpus}):
-        done = nnictl_experiment(folder, tuner, port, poll_s=2)  # NNI's manager and trials inherit them
+        done = nnictl_experiment(folder, tuner, port, poll_s=2,  # NNI's manager and trials inherit them
+                                 progress=lambda *_: samples.append((time.time(), host_busy_s())))
     pace = trial_hops(timeline.read(str(scratch / "timeline")), done.jobs, concurrency)
     metrics = [r.metric for r in done.records if r.metric]
     ok = [m for m in metrics if m["status"] == Status.OK]
     span = pace["span_s"]
     whole = pace["last_end"] - done.started if span else None
+    busy = host_cpu(samples, pace["first_start"], pace["last_end"]) if span else None
+    cores = os.cpu_count() or 1
     return {"gpus": runner if runner != LOCAL else gpus or "all", "concurrency": concurrency,
             "experiment": done.id, "nni_status": done.final,
             "trials": len(done.records), "measured": len(metrics), "ok": len(ok),
@@ -140,7 +173,9 @@ def experiment(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: st
             "devices": sorted({m.get("device", "") for m in metrics}),
             "trials_per_s": len(metrics) / span if span else 0.0,
             "trials_per_s_with_start": len(metrics) / whole if whole else 0.0,
-            "start_s": pace["first_start"] - done.started if span else None, **pace}
+            "start_s": pace["first_start"] - done.started if span else None,
+            "host_cpu_s": busy * span / len(metrics) if busy is not None and metrics else None,
+            "host_busy": busy / cores if busy is not None else None, "cores": cores, **pace}
 
 
 def driver_rate(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: str | None, target: str,
@@ -160,13 +195,16 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     header = ["GPUs", "trialConcurrency", "trials", "ok", "trials/s", "incl. start", "start s", *HOPS,
-              *(f"of measure: {s}" for s in SHOWN_STAGES)]
+              *(f"of measure: {s}" for s in SHOWN_STAGES), "host CPU s a trial", "cores busy",
+              *(f"CPU s: {p}" for p in CPU_PARTS)]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * 3 + " ---: |" * (len(header) - 3)]
     for r in rows:
         lines.append("| " + " | ".join([
             r["gpus"], str(r["concurrency"]), str(r["measured"]), str(r["ok"]), _cell(r["trials_per_s"]),
             _cell(r["trials_per_s_with_start"]), _cell(r["start_s"], 1), *(_cell(r["hops"][h]) for h in HOPS),
-            *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES)]) + " |")
+            *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES), _cell(r.get("host_cpu_s")),
+            "-" if r.get("host_busy") is None else f"{r['host_busy']:.0%} of {r['cores']}",
+            *(_cell(r.get("cpu_s", {}).get(p)) for p in CPU_PARTS)]) + " |")
     return "\n".join(lines)
 
 

@@ -18,8 +18,9 @@ def _trial(pid, start, asking, received, measured, reported, parameter_id, job):
             {"event": "trial_asking", "t": asking, "pid": pid},
             {"event": "trial_received", "t": received, "pid": pid, "parameter_id": parameter_id, "trial": job},
             {"event": "trial_measured", "t": measured, "pid": pid, "parameter_id": parameter_id,
-             "stages": {"build": 1.0, "run": 0.25}},
-            {"event": "trial_reported", "t": reported, "pid": pid, "parameter_id": parameter_id}]
+             "stages": {"build": 1.0, "run": 0.25}, "cpu_s": {"build": 0.9, "run": 0.1 * pid - 0.8}},
+            {"event": "trial_reported", "t": reported, "pid": pid, "parameter_id": parameter_id},
+            {"event": "trial_done", "t": reported + 0.01, "pid": pid, "cpu_s": 0.5}]
 
 
 def test_hops_are_joined_by_what_each_trial_received():
@@ -41,6 +42,14 @@ def test_hops_are_joined_by_what_each_trial_received():
                     "report": 0.1, "exit": 0.15, "to tuner": 0.075, "slot idle": round((4.7 - 1.7 - 2.1) / 2, 6)}
     assert pace["trials"] == 2 and pace["span_s"] == pytest.approx(4.7)
     assert pace["stages"] == {"build": 1.0, "run": 0.25}
+    assert pace["cpu_s"] == pytest.approx({"build": 0.9, "run": 0.25, "trial process": 0.5})  # run: 0.2 and 0.3
+
+
+def test_host_cpu_is_the_busy_rate_between_the_samples_inside_the_span():
+    samples = [(0.0, 0.0), (1.0, 100.0), (3.0, 120.0), (5.0, 160.0), (9.0, 999.0)]
+    assert nnipace.host_cpu(samples, 0.5, 6.0) == pytest.approx(15.0)  # (160 - 100) / (5 - 1)
+    assert nnipace.host_cpu(samples, 2.0, 4.0) is None  # one sample inside: no rate
+    assert nnipace.host_busy_s() > 0
 
 
 def test_a_trial_without_a_full_timeline_is_left_out():

@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                           runner=args.runner)
         result = measure(wl, params, options)
         report = result.report(parameter_id)
-        timeline.mark("trial_measured", parameter_id=parameter_id, stages=result.extra.get("stages", {}))
+        timeline.mark("trial_measured", parameter_id=parameter_id, stages=result.extra.get("stages", {}),
+                      cpu_s=result.extra.get("cpu_s", {}))
     print(json.dumps(report), flush=True)
     if under_nni:
         try:
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         timeline.mark("trial_reported", parameter_id=parameter_id)
     if result is not None and not args.no_record:
         _record(args, wl, result)
+    timeline.mark_cpu("trial_done")
     return 0
 
 

@@ -5,7 +5,8 @@ device: it checks the knobs against the device's limits as the service last foun
 target.save), which rejects most of a factor space in microseconds, and sends the rest to this
 machine's measuring service (trial/service/), whose warm build workers and device runners do the
 work.  A configuration that fails is a result like any other (`Status`); where the time of a
-measurement went is kept in `MeasureResult.extra["stages"]` (results.STAGES).  The nnictl trial and
+measurement went is kept in `MeasureResult.extra["stages"]` (results.STAGES), and the CPU seconds
+of its build and run in `extra["cpu_s"]`.  The nnictl trial and
 the benchmarks share this one path.
 """
 from __future__ import annotations
@@ -76,7 +77,8 @@ def _request(wl: Workload, params: dict[str, Any] | None, options: Options, **wh
         return MeasureResult(Status.RUNTIME_ERROR, str(err), params)
     marks = {"start": start, **answer.pop("marks", {}), "end": time.time()}
     extra = answer.pop("extra", {})
-    return MeasureResult(**answer, extra={**extra, "stages": _stages(marks)})
+    cpu = {stage: s for stage, s in answer.pop("cpu_s", {}).items() if s is not None}
+    return MeasureResult(**answer, extra={**extra, "stages": _stages(marks), "cpu_s": cpu})
 
 
 def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Options(),

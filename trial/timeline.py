@@ -40,6 +40,13 @@ def mark_process_start(event: str) -> None:
         mark(event, at=psutil.Process().create_time())
 
 
+def mark_cpu(event: str) -> None:
+    """`event` with the CPU seconds (user and system) this process has used so far."""
+    if enabled():
+        t = os.times()
+        mark(event, cpu_s=t.user + t.system)
+
+
 def read(folder: str) -> list[dict[str, Any]]:
     """Every event written under `folder`, in time order (a torn last line of a killed process is skipped)."""
     events = []

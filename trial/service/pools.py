@@ -1,8 +1,12 @@
-"""The workers the measuring service owns: build workers, and one runner per device of each target.
+"""The workers the measuring service owns: build workers, and runners for the devices of each target.
 
-Each pool is a queue of free workers: a request waits for a free one, so the runner of a device is
-that device's queue, and builds never outnumber the build workers.  The devices behind an RPC
-runner (trial/remote.py) are its servers: one runner worker per server registered under its key.
+Each pool is a queue of free workers: a request waits for a free one, and builds never outnumber the
+build workers.  A local GPU has two runners (`RUNNERS_PER_GPU`), which take turns on its device lock
+(trial/devicelock.py): while one times a kernel, the other loads the next library and waits at the
+lock, so the GPU does not stand idle through the hand-over between the service and a runner (the
+call's round trip and the runner's own Python, slow on a busy host).  The CPU has one.  The devices
+behind an RPC runner (trial/remote.py) are its servers: one runner worker per server registered under
+its key (a server serves one session at a time).
 """
 from __future__ import annotations
 
@@ -17,14 +21,22 @@ from ..target import Target, TargetError, save
 from .worker import CallFailed, Worker, WorkerDied, WorkerTimeout
 
 DESCRIBE_TIMEOUT_S = 120.0
+RUNNERS_PER_GPU = 2
+
+
+def runners_per_device(target: Target, where: str) -> int:
+    """How many runner workers serve each device of `target` found through `where`."""
+    return RUNNERS_PER_GPU if target.is_gpu and where == LOCAL else 1
 
 
 class Runner:
     """The worker that runs kernels on one device (`where`: local, or an RPC runner and its server slot)."""
 
-    def __init__(self, target: Target, index: int, where: str = LOCAL, worker: Worker | None = None) -> None:
+    def __init__(self, target: Target, index: int, where: str = LOCAL, worker: Worker | None = None,
+                 turn: int = 0) -> None:
         self.target, self.index, self.where = target, index, where
-        self.worker = worker or Worker(f"runner-{target.kind}-{index}" + ("" if where == LOCAL else f"-{where}"))
+        name = f"runner-{target.kind}-{index}" + (f"-{turn}" if turn else "") + ("" if where == LOCAL else f"-{where}")
+        self.worker = worker or Worker(name)
 
 
 class Devices:
@@ -64,12 +76,14 @@ class Devices:
             probe.stop()
         else:
             free: queue.Queue[Runner] = queue.Queue()
-            for index in range(target.num_devices):
-                runner = Runner(target, index, where, probe if index == 0 else None)
-                self.all.append(runner)
-                free.put(runner)
+            turns = runners_per_device(target, where)
+            for turn in range(turns):  # the devices' first runners first, so that a lone request finds a warm one
+                for index in range(target.num_devices):
+                    runner = Runner(target, index, where, probe if index == turn == 0 else None, turn)
+                    self.all.append(runner)
+                    free.put(runner)
             self._free[where, target.kind] = free
-            self._serving[where, target.kind] = target.num_devices
+            self._serving[where, target.kind] = target.num_devices * turns
         return target
 
     @contextmanager

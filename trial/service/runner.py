@@ -23,7 +23,7 @@ from ..remote import LOCAL, rpc_address
 from ..target import Target, TargetError, resolve
 from ..workload import parse
 from . import rpcsession
-from .worker import report
+from .worker import cpu_seconds, report
 
 _REFERENCES: OrderedDict[tuple[str, int], verify.Reference] = OrderedDict()
 KEPT_REFERENCES = 3
@@ -81,15 +81,15 @@ def _free_memory(tgt: Target, index: int) -> str:
 
 
 @contextmanager
-def _loaded(path: str, tgt: Target, index: int, runner: str, key: tuple[str, int],
+def _loaded(mod: Any, path: str, tgt: Target, index: int, runner: str, key: tuple[str, int],
             reference: verify.Reference) -> Iterator[tuple[Any, Any, list[Any] | None]]:
-    """The library loaded on the device it runs on, that device, and the inputs of the workload and seed
-    `key` already there (None: the run sends them)."""
+    """The library on the device it runs on (`mod`: already loaded here), that device, and the inputs of
+    the workload and seed `key` already there (None: the run sends them)."""
     if runner == LOCAL:
-        yield tvm.runtime.load_module(path), tgt.device(index), None
+        yield mod, tgt.device(index), None
     else:
-        with rpcsession.loaded(runner, path, tgt.device_type) as (mod, dev):
-            yield mod, dev, rpcsession.inputs(runner, key, reference.inputs, dev)
+        with rpcsession.loaded(runner, path, tgt.device_type) as (remote_mod, dev):
+            yield remote_mod, dev, rpcsession.inputs(runner, key, reference.inputs, dev)
 
 
 def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repeat_ms: int,
@@ -98,24 +98,31 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
     device `index` (through `runner`): a measurement's status and figures.
 
     Reports "held" once the device's lock is held (an RPC server serves one session at a time: there
-    the session is the lock); {"replace": True} asks for a fresh runner.
+    the session is the lock); {"replace": True} asks for a fresh runner.  A local library is loaded
+    before the lock (host work: the device's module loads at the first call); "cpu_s" is this call's
+    CPU seconds.
     """
+    cpu = cpu_seconds()
     tgt = Target.from_description(target)
     reference = _reference(op, spec, seed)
+    try:
+        mod = tvm.runtime.load_module(path) if runner == LOCAL else None
+    except Exception as err:  # an unreadable library: this measurement's error, the device untouched
+        return {"status": Status.RUNTIME_ERROR, "reason": f"could not load the library: {error_reason(err)}"}
     lock = devicelock.hold(tgt.kind, index, tgt.num_devices) if runner == LOCAL else nullcontext()
     load = noise.OthersLoad() if runner == LOCAL and not tgt.is_gpu else None  # a host's load disturbs its CPU
     with lock:
         report("held", index)
         try:
-            with _loaded(path, tgt, index, runner, (f"{op}/{spec}", seed), reference) as (mod, dev, args), \
+            with _loaded(mod, path, tgt, index, runner, (f"{op}/{spec}", seed), reference) as (kernel, dev, args), \
                     load or nullcontext():
-                timing = run.run(mod, dev, reference, repeat, min_repeat_ms, args, algorithm)
+                timing = run.run(kernel, dev, reference, repeat, min_repeat_ms, args, algorithm)
         except run.WrongResult as err:
-            return {"status": Status.WRONG_RESULT, "reason": str(err)}
+            return {"status": Status.WRONG_RESULT, "reason": str(err), "cpu_s": cpu_seconds() - cpu}
         except Exception as err:  # a launch failure, a CUDA error, a lost server: the context may be lost
             where = "" if runner == LOCAL else f"{runner}: "
             reason = where + error_reason(err) + (_free_memory(tgt, index) if runner == LOCAL else "")
             return {"status": Status.RUNTIME_ERROR, "reason": reason, "replace": True}
     figures = timing.metrics(reference.wl)
     warning = noise.warning(figures["latency_ms"], figures["latency_std_ms"], load)
-    return {"status": Status.OK, **figures, "warning": warning}
+    return {"status": Status.OK, **figures, "warning": warning, "cpu_s": cpu_seconds() - cpu}

@@ -55,11 +55,12 @@ class Service:
         """Build and run one configuration; None if the requesting trial went away meanwhile.
 
         m["library"]: an already built library, only verified and timed; m["keep"]: a folder where the
-        build leaves its library (kernel.so) and source, instead of a scratch file.
+        build leaves its library (kernel.so) and source, instead of a scratch file.  The answer's "cpu_s"
+        holds the CPU seconds of its build and its run, in their workers.
         """
-        marks = {"received": time.time()}
+        marks, cpu = {"received": time.time()}, {}
         options = m["options"]
-        out: dict[str, Any] = {"params": m["params"], "marks": marks}
+        out: dict[str, Any] = {"params": m["params"], "marks": marks, "cpu_s": cpu}
         try:
             target = self.devices.target(options["target"], options["runner"])
         except TargetError as err:
@@ -80,6 +81,7 @@ class Service:
                 if built is None:
                     return None
                 algorithm = built.pop("algorithm", algorithm)
+                cpu["build"] = built.pop("cpu_s", None)
                 out.update(built)
                 if built["status"] != "built":
                     return out
@@ -88,6 +90,7 @@ class Service:
                 ran = None if gone() else self._run(runner, m, target, path, algorithm, marks, gone)
             if ran is None:
                 return None
+            cpu["run"] = ran.pop("cpu_s", None)
             out.update(ran, device_index=runner.index)
             return out
         finally:

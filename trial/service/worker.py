@@ -51,6 +51,13 @@ def report(kind: str, payload: Any = None) -> None:
     _conn.send(("progress", (kind, payload)))
 
 
+def cpu_seconds() -> float:
+    """Inside a worker: the CPU seconds (user and system) this process and the children it waited for
+    (a linker) have used, so that a call can say what it cost the host."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def _watch_owner(owner: int) -> None:
     """Exit when the owner has gone (its pid is no longer our parent), even in the middle of a call."""
     while os.getppid() == owner:

@@ -1,0 +1,59 @@
+"""The measuring service's runners: two a local GPU, which take turns on its lock, one for the CPU and one for
+each server behind an RPC runner; and what a measurement says of the CPU its build and run cost."""
+from trial.measure import Options, measure
+from trial.service import pools
+from trial.target import DeviceLimits, Target
+from trial.workload import parse
+
+H100S = Target("cuda", {"kind": "cuda", "arch": "sm_90"}, "NVIDIA H100", 2,
+               DeviceLimits(1024, (1024, 1024, 64), 49152, 65536, 255, 32, 232448))
+
+
+class DescribingWorker:
+    """A runner worker that answers `describe` with `found` and records nothing else."""
+
+    found = H100S
+
+    def __init__(self, name, devices=True):
+        self.name, self.alive = name, True
+
+    def call(self, function, *args, **kwargs):
+        assert function == "trial.service.runner:describe"
+        return {"target": self.found.describe()}
+
+    def stop(self):
+        self.alive = False
+
+
+def _runners(monkeypatch, found, where="local"):
+    monkeypatch.setattr(pools, "Worker", DescribingWorker)
+    monkeypatch.setattr(pools, "save", lambda *args: None)
+    monkeypatch.setattr(DescribingWorker, "found", found)
+    devices = pools.Devices()
+    target = devices.target(found.kind, where)
+    taken = []
+    for _ in range(len(devices.all)):  # every runner once, in the order requests get them
+        with devices.runner(target, where) as runner:
+            taken.append(runner)
+    return devices, taken
+
+
+def test_each_local_gpu_has_two_runners_and_a_lone_request_gets_the_probed_one(monkeypatch):
+    devices, taken = _runners(monkeypatch, H100S)
+    assert [(r.index, r.worker.name) for r in devices.all] == [
+        (0, "runner-cuda-0"), (1, "runner-cuda-1"), (0, "runner-cuda-0-1"), (1, "runner-cuda-1-1")]
+    assert [r.index for r in taken] == [0, 1, 0, 1]  # both devices busy before either gets its second runner
+    assert pools.runners_per_device(H100S, "local") == pools.RUNNERS_PER_GPU == 2
+
+
+def test_the_cpu_and_each_rpc_server_have_one_runner(monkeypatch):
+    cpu = Target("llvm", {"kind": "llvm"}, "x86_64", 1, None)
+    assert [r.worker.name for r in _runners(monkeypatch, cpu)[0].all] == ["runner-llvm-0"]
+    assert pools.runners_per_device(H100S, "rpc://127.0.0.1:9190/h100") == 1  # a server serves one session
+
+
+def test_a_measurement_says_the_cpu_seconds_of_its_build_and_its_run(private_service):
+    result = measure(parse("mm", "N16K16M16"), None, Options(target="llvm", min_repeat_ms=1))
+    assert result.status == "ok", result.reason
+    cpu = result.extra["cpu_s"]
+    assert set(cpu) == {"build", "run"} and 0 < cpu["run"] and 0 < cpu["build"] < result.build_s * 8
