@@ -1,7 +1,14 @@
 """The measuring service's runners: two a local GPU, which take turns on its lock, one for the CPU and one for
 each server behind an RPC runner; and what a measurement says of the CPU its build and run cost."""
+import json
+import subprocess
+import sys
+
+from trial import blasthreads
 from trial.measure import Options, measure
 from trial.service import pools
+from trial.service.client import ROOT
+from trial.service.worker import Worker
 from trial.target import DeviceLimits, Target
 from trial.workload import parse
 
@@ -57,3 +64,18 @@ def test_a_measurement_says_the_cpu_seconds_of_its_build_and_its_run(private_ser
     assert result.status == "ok", result.reason
     cpu = result.extra["cpu_s"]
     assert set(cpu) == {"build", "run"} and 0 < cpu["run"] and 0 < cpu["build"] < result.build_s * 8
+
+
+def test_the_trial_and_the_workers_load_numpy_with_one_blas_thread(monkeypatch):
+    """OpenBLAS starts a thread per core as numpy loads, at seconds of CPU a process on a many-core host; a
+    trial and the service's workers load it with one, and leave the environment as they found it."""
+    monkeypatch.delenv(blasthreads.VARIABLE, raising=False)
+    probe = ("import json, threadpoolctl, trial.__main__, os; print(json.dumps([os.environ.get('OPENBLAS_NUM_THREADS'), "
+             "[i['num_threads'] for i in threadpoolctl.threadpool_info() if i['user_api'] == 'blas']]))")
+    assert json.loads(subprocess.check_output([sys.executable, "-c", probe], cwd=ROOT, text=True)) == [None, [1]]
+    for worker in (Worker("blas-runner"), Worker("blas-build", devices=False)):
+        try:
+            blas = [i["num_threads"] for i in worker.call("threadpoolctl:threadpool_info") if i["user_api"] == "blas"]
+            assert blas == [1] and worker.call("os:getenv", blasthreads.VARIABLE) is None
+        finally:
+            worker.stop()

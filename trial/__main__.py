@@ -20,14 +20,18 @@ import sqlite3
 import sys
 from typing import Any
 
-from . import timeline
-from .service import nnitrial
-from .measure import Options, measure
-from .inputs import InputError, load_json, number_type
-from .results import MeasureResult, Status
-from .remote import add_runner_argument
-from .target import KINDS
-from .workload import OPS, SpecError, Workload, parse
+from .blasthreads import load_numpy
+
+load_numpy()  # before the imports below load it with a BLAS thread per core
+
+from . import timeline  # noqa: E402
+from .service import nnitrial  # noqa: E402
+from .measure import Options, measure  # noqa: E402
+from .inputs import InputError, load_json, number_type  # noqa: E402
+from .results import MeasureResult, Status  # noqa: E402
+from .remote import add_runner_argument  # noqa: E402
+from .target import KINDS  # noqa: E402
+from .workload import OPS, SpecError, Workload, parse  # noqa: E402
 
 MAX_PARAMS_CHARS = 64 * 1024
 EPILOG = """\

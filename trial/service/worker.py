@@ -24,6 +24,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from .. import blasthreads
+
 _SPAWN = mp.get_context("spawn")
 DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 CANCEL_POLL_S = 0.5
@@ -70,6 +72,7 @@ def _serve(conn: Any, owner: int, devices: bool = True) -> None:
     _conn = conn
     if not devices:  # TVM's CUDA build opens a context (about 0.5 GiB of the GPU) where it sees a device
         os.environ.update(dict.fromkeys(DEVICE_VARIABLES, ""))
+    blasthreads.load_numpy()  # before TVM loads it with a BLAS thread per core
     # TVM's FFI imports PyTorch where it is installed and asks it whether CUDA is available, which
     # initialises CUDA and takes seconds; workers never use PyTorch (docs/gpu-processes.md).
     sys.modules.setdefault("torch", None)
