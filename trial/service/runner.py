@@ -1,5 +1,5 @@
-"""Run stage as the measuring service runs it: one runner worker per device, which keeps that device's
-context warm and loads, verifies and times the libraries the build workers export.
+"""Run stage as the measuring service runs it: runner workers (two a GPU: pools.py), each keeping a
+context on its device warm, which load, verify and time the libraries the build workers export.
 
 The runner of an RPC runner's server holds a session with it instead (rpcsession.py): it uploads the
 library there and verifies and times it on the server's device.  The reference outputs of a
