@@ -1,8 +1,9 @@
 """One kernel timed per device at a time, across every process on this machine.
 
 Within the measuring service a GPU's two runners take turns on its lock, and so do the runners
-of other services (another user's environment, another suite checkout) and the vendor baselines.  Only the run-and-time stage holds a device's lock.  Locks are
-flock-based files (filelock), so a killed process releases its lock at once.  They live in $OPEVO_LOCK_DIR
+of other services (another user's environment, another suite checkout) and the vendor baselines.
+Only the run-and-time stage holds a device's lock.  Locks are flock-based files (filelock), so a
+killed process releases its lock at once.  They live in $OPEVO_LOCK_DIR
 (default: <tmp>/opevo-locks) and are named after the physical device, so trials that see
 different CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES subsets still exclude each other correctly.
 
