@@ -5,11 +5,12 @@
 float16, int8 and float8 on CUDA), given the budget as `max_trials_global`.  A label
 `metaschedule[init_min_unmeasured=8,max_fail_count=20]` sets arguments of its evolutionary search
 (`STRATEGY_ARGS`): where few of its sampled schedules pass its GPU checks, the defaults give up before
-the first round (docs/benchmarks.md, the 11x11 conv).  Its candidates are measured the way MetaSchedule
-measures them (its own builder and runner), but with the suite's repeat settings and under the suite's
-device lock, and each one is reported as a trial.  Its best schedule is then compiled into a library,
-which the suite verifies and times like any trial's (`trial.measure.measure_library`: the device's
-runner in the measuring service): that is the figure to compare.
+the first round (the study's 11x11 conv; docs/benchmarks.md, "MetaSchedule as a peer").  Its candidates
+are measured the way MetaSchedule measures them (its own builder and runner), but with the suite's
+repeat settings and under the suite's device lock, and each one is reported as a trial.  Its best
+schedule is then compiled into a library, which the suite verifies and times like any trial's
+(`trial.measure.measure_library`: the device's runner in the measuring service): that is the figure to
+compare.
 
 Everything happens in a child process, so the caller never imports TVM or holds a GPU context, and a
 crash of MetaSchedule becomes a result.  Two costs of MetaSchedule's set-up are cut: `TuneContext`

@@ -55,8 +55,8 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
 
     The calls are replayed from a CUDA graph: launched one by one from Python, each costs the CPU more
     (PyTorch's dispatch, ~15 us on an H100 machine) than a small GEMM takes on the GPU, so the GPU waited
-    between calls and the library read up to 4x slow (docs/benchmarks.md), lower still while tuning
-    loaded the CPU.
+    between calls and the library read up to 4x slow (docs/benchmarks.md, "How the vendor is timed"),
+    lower still while tuning loaded the CPU.
     The suite's kernels are replayed from a CUDA graph too (trial/graphs.py).  Where a call cannot be
     captured, it is timed eagerly, and "timing" says so.
     """

@@ -9,10 +9,9 @@ neighbours, drawn at random, which join the queue once measured.
 Deviation from the paper, which walks from one initial configuration: the walk starts from the best of
 `start_size` random configurations, once that many trials have finished (at once on a warm start, from
 the recorded configurations). Walking from the first result to come back ties a run to one random
-kernel, good or poor: at 4 in flight on an H200 (mm/N512K1024M1024, 5 seeds) G-BFS's median best by
-trial 8 was 10,214 GFLOPS against NNI Random's 18,834; with a start of 16, 19,854, and its best after
-128 trials 31,384 against 30,182 (one command each; on a replay of that GPU's landscape, 40 seeds,
-33,768 against 32,748; docs/benchmarks.md).
+kernel, good or poor, and with few trials in flight a poor first draw kept the run behind random
+sampling for its first trials; the best of several draws starts the walk higher, and its runs ended
+higher.
 
 Compared with the 2020 NNI example this tuner never waits for every trial in flight: a request is
 answered from the current expansion, else by expanding the next-best measured configuration (skipping

@@ -10,16 +10,16 @@ trials have finished, one of them a success, the parents being all successes whi
 λ (so with one, offspring are its mutations). In a space without the device's rules most samples break
 a limit (threads, shared memory, registers): waiting for λ successes spent most of the budget on random,
 mostly invalid samples, while short walks from a valid configuration mostly stay valid. In a constrained
-space, where every sample is valid, this is the paper's rule; breeding from the first success there made
-the first 16 trials of a run at 4 in flight worse than NNI Random's (H200, docs/benchmarks.md). Until
-then configurations are sampled (or taken from the records, see `tuners.base` on warm start).
+space, where every sample is valid, this is the paper's rule; breeding from the first success there
+tied a run's first trials to mutations of one random kernel, which with few trials in flight started
+worse than random sampling. Until then configurations are sampled (or taken from the records, see
+`tuners.base` on warm start).
 
 Second deviation: parents are drawn by rank (linear ranking: the i-th fittest of n with weight n - i),
 not in proportion to fitness as in the paper (`selection: fitness` restores that). The fittest kernels
 of a run differ by a few per cent in GFLOPS, so proportional weights pick them almost uniformly: the
-best parent is drawn barely more often than the eighth. On an H100 (mm/N512K1024M1024, 128 trials,
-5 seeds) the change was within run-to-run noise: 95 % of a run's own best after 78 trials (median)
-against 82, median best 30,002 against 30,295 GFLOPS (docs/benchmarks.md).
+best parent is drawn barely more often than the eighth. Measured, the change was within run-to-run
+noise, in how soon a run came near its best and in how good that best was.
 
 Optional extension (`screen` > 1, off by default): each trial measures the best of `screen` unseen
 offspring as a cost model (`tuners.surrogate`) fitted to the run's measurements ranks them, the

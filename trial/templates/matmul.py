@@ -128,7 +128,8 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
 
     Registers: the accumulators of one batch (the write-back follows each batch), the fragments of all
     K[3] steps (where the K[3] loop is not unrolled, nvcc keeps deeper fragment arrays in local memory)
-    and 16 for addresses and indices (docs/benchmarks.md, "What the compiler says")."""
+    and 16 for addresses and indices: an estimate, which ptxas's own count (tests/nvrtc.py reads it) may
+    exceed or undercut."""
     X, Y, K = p["X"], p["Y"], p["K"]
     item = np.dtype(wl.dtype).itemsize
     tiles = sum(rows * (length + p["pad"]) for rows, length in shared_tiles(wl, p))

@@ -1,14 +1,13 @@
 """Float32 matmul on Hopper's CUDA cores, written in TVM's TIRx script layer: TMA-fed stages, warp tiles
 laid out as CUTLASS's SIMT GEMMs lay them out, and K divided among warps of a CTA or CTAs of a cluster.
 
-The portable template (matmul.py) reached about 0.88x cuBLAS on mm/N512K4096M1024.  Nsight Compute put
+The portable template (matmul.py) stayed short of cuBLAS on mm/N512K4096M1024.  Nsight Compute put
 the gap in its main loop (more instructions for the same FFMAs: every thread computes its copy
 addresses, and its 64-sum tiles need twice cuBLAS's shared loads) and in its split-K, whose second kernel
 sums the partial results.  Here one thread copies each stage with the tensor memory accelerator (TMA),
 consumer warps hold up to 16 x 16 sums a thread and read shared memory only in 16-byte loads, groups of
 warps can take alternate K tiles of one block tile, and CTAs that split K form a cluster and add their
-partial tiles through distributed shared memory (simt_kernel.py): 0.97x cuBLAS there, 1.05x and 1.19x on
-the other study shapes (H100, docs/benchmarks.md).
+partial tiles through distributed shared memory (simt_kernel.py).
 
 Knobs:
   warps_r  discrete [1, 2, 4, 8]   consumer warps along the rows (N) of the block tile
@@ -73,11 +72,10 @@ def search_space(wl: Workload) -> dict[str, Any]:
 
 
 def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
-    """Configs OpEvo found on an H100 (docs/benchmarks.md, "Float32 mm on Hopper's CUDA cores"), where the shape
-    takes them: with enough 256 x 64 tiles to fill an H100's 132 SMs, those, 8 x 8 sums a thread (45.5 TFLOP/s
-    on mm/N512K1024M4096); with fewer, 128 x 64 tiles of 8 x 8 sums a thread, K sliced in 2 and split in 2
-    (44.3 TFLOP/s on mm/N512K4096M1024); otherwise 64 x 64 tiles of 4 x 8 sums a thread.  32-deep K tiles where
-    K allows, a producer warp."""
+    """Configs OpEvo found on an H100, where the shape takes them: with enough 256 x 64 tiles to fill an
+    H100's 132 SMs, those, 8 x 8 sums a thread (as on mm/N512K1024M4096); with fewer, 128 x 64 tiles of 8 x 8
+    sums a thread, K sliced in 2 and split in 2 (as on mm/N512K4096M1024); otherwise 64 x 64 tiles of 4 x 8
+    sums a thread.  32-deep K tiles where K allows, a producer warp."""
     n, k, m = wl.dims["N"], wl.dims["K"], wl.dims["M"]
     if n % 256 == 0 and n // 256 * (m // 64) >= 120 and k % 32 == 0:
         return {"warps_r": 8, "warps_c": 1, "tm": 8, "tn": 8, "bk": 32, "stages": 5, "split": 1, "slices": 1,
