@@ -133,7 +133,8 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
             hops["to tuner"].append(tuner_result[pid] - reported["t"])
         for stage, seconds in measured.get("stages", {}).items():
             stages[stage].append(seconds)
-        for part, seconds in [*measured.get("cpu_s", {}).items(), ("trial process", trial.get("trial_done", {}).get("cpu_s"))]:
+        own = trial.get("trial_done", {}).get("cpu_s")
+        for part, seconds in [*measured.get("cpu_s", {}).items(), ("trial process", own)]:
             if seconds is not None:
                 cpu[part].append(seconds)
     out: dict[str, Any] = {"trials": len(lifetimes), "span_s": None, "first_start": None}

@@ -70,8 +70,9 @@ def test_the_trial_and_the_workers_load_numpy_with_one_blas_thread(monkeypatch):
     """OpenBLAS starts a thread per core as numpy loads, at seconds of CPU a process on a many-core host; a
     trial and the service's workers load it with one, and leave the environment as they found it."""
     monkeypatch.delenv(blasthreads.VARIABLE, raising=False)
-    probe = ("import json, threadpoolctl, trial.__main__, os; print(json.dumps([os.environ.get('OPENBLAS_NUM_THREADS'), "
-             "[i['num_threads'] for i in threadpoolctl.threadpool_info() if i['user_api'] == 'blas']]))")
+    probe = ("import json, os, threadpoolctl, trial.__main__; print(json.dumps([os.environ.get("
+             "'OPENBLAS_NUM_THREADS'), [i['num_threads'] for i in threadpoolctl.threadpool_info() "
+             "if i['user_api'] == 'blas']]))")
     assert json.loads(subprocess.check_output([sys.executable, "-c", probe], cwd=ROOT, text=True)) == [None, [1]]
     for worker in (Worker("blas-runner"), Worker("blas-build", devices=False)):
         try:

@@ -35,8 +35,9 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
     """Build `params` (None: the hand-picked config; a twin proposal as `check.decode` reads it) into a library
     at `path`, with its source beside it if `sources` (kernel.cu, or kernel.ll and kernel.s on the CPU).
 
-    Returns {"status": "built", "params", "build_s", "cpu_s", "algorithm"} (how the kernel computes,
-    which its verification needs: trial/verify.py; cpu_s: the CPU seconds of the build and the linker) or {"status": "invalid" | "compile_error", "reason", "params"}.
+    Returns {"status": "built", "params", "build_s", "cpu_s", "algorithm"} (cpu_s: the CPU seconds of the
+    build and the linker; algorithm: how the kernel computes, which its verification needs, trial/verify.py)
+    or {"status": "invalid" | "compile_error", "reason", "params"}.
     `sys_path` is the requesting process's, so a template of its own (`--template`) imports.
     """
     sys.path.extend(p for p in sys_path if p not in sys.path)
@@ -62,4 +63,5 @@ def build_library(op: str, spec: str, params: dict[str, Any] | None, template_na
             reason = f"{full}: {error_reason(err)}" if full else error_reason(err)
             return {"status": Status.COMPILE_ERROR, "reason": reason, "params": params}
     how = getattr(template, "algorithm", None)
-    return {"status": "built", "params": params, "build_s": built, "cpu_s": cpu_seconds() - cpu, "algorithm": how(wl, params) if how else "direct"}
+    return {"status": "built", "params": params, "build_s": built, "cpu_s": cpu_seconds() - cpu,
+            "algorithm": how(wl, params) if how else "direct"}
