@@ -76,7 +76,7 @@ experiment: install  ## write the experiment folder of OP/SPEC (search space + o
 trial: install  ## measure the hand-picked config of OP/SPEC once, e.g. make trial OP=conv SPEC=N1C3HW32F8K3ST1PD1
 	$(BIN)/python -m trial $(OP) $(SPEC)
 
-gpu-check: install  ## on a GPU machine: the study's hand-picked configs vs cuBLAS/cuDNN, and a 32-trial OpEvo experiment through nnictl
+gpu-check: install  ## on a GPU machine: the study's hand-picked configs vs cuBLAS/cuDNN, and a 64-trial OpEvo experiment through nnictl
 	$(BIN)/python -m benchmarks.gpucheck
 
 bench: install  ## the benchmark protocol (frozen tuners, study + held-out workloads, 5 seeds); ARGS="--quick" for one short GPU session
