@@ -2,8 +2,9 @@
 
 Within the measuring service a GPU's two runners take turns on its lock, and so do the runners
 of other services (another user's environment, another suite checkout) and the vendor baselines.
-Only the run-and-time stage holds a device's lock.  Locks are flock-based files (filelock), so a
-killed process releases its lock at once.  They live in $OPEVO_LOCK_DIR
+Only the run-and-time stage holds a device's lock.  Locks are flock-based files (`hold` blocks in
+flock, so the next holder has the lock as it is released; `acquire` tries each device's through
+filelock), so a killed process releases its lock at once.  They live in $OPEVO_LOCK_DIR
 (default: <tmp>/opevo-locks) and are named after the physical device, so trials that see
 different CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES subsets still exclude each other correctly.
 
@@ -82,8 +83,9 @@ def hold(kind: str, index: int, count: int) -> Iterator[None]:
         with cores(exclusive=True):
             yield
         return
-    with _lock(kind, physical_ids(kind, count)[index]):
-        yield
+    with open(lock_dir() / f"{kind}-{physical_ids(kind, count)[index]}.lock", "a") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)  # blocking: the device's next runner takes it as it is released
+        yield  # closing the file releases the lock
 
 
 @contextmanager
