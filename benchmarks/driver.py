@@ -109,13 +109,16 @@ def tuner_spec(name: str) -> dict[str, Any]:
     return registry.BUILTIN_TUNERS[name] if name in registry.BUILTIN_TUNERS else registry.TUNERS[name]
 
 
-def make_tuner(label: str, seed: int, wl: Workload | None = None, target: Target | None = None) -> tuple[Tuner, bool]:
-    """The tuner of `label` (a name, or a variant: see `variant`) with the experiments' classArgs and `seed`,
-    keeping `target`'s rules for `wl` (the suite's tuners); and whether it searches the twin space."""
+def make_tuner(label: str, seed: int, wl: Workload | None = None, target: Target | None = None,
+               concurrency: int = registry.CONCURRENCY) -> tuple[Tuner, bool]:
+    """The tuner of `label` (a name, or a variant: see `variant`) with the classArgs an experiment of
+    `concurrency` trials in flight gives it (`registry.class_args`) and `seed`, keeping `target`'s rules for
+    `wl` (the suite's tuners); and whether it searches the twin space."""
     name, overrides = variant(label)
     twin = name in registry.BUILTIN_TUNERS
     spec = tuner_spec(name)
-    class_args = {**spec.get("classArgs", {}), **overrides, "seed": seed}
+    frozen = spec.get("classArgs", {}) if twin else registry.class_args(name, concurrency)
+    class_args = {**frozen, **overrides, "seed": seed}
     if not twin and wl is not None and target is not None:
         class_args.update(workload=wl.name, target=target.describe())
     module, _, cls = (spec.get("className") or _BUILTIN_CLASSES[spec["name"]]).rpartition(".")
@@ -240,7 +243,7 @@ def run(wl: Workload, tuner: str, trials: int, seed: int, workers: int = registr
     if target is None and not options.template:
         target = device(options.target, options.runner)
     template = templates.load(wl, options.template, target)
-    instance, twin = make_tuner(tuner, seed, wl, target)
+    instance, twin = make_tuner(tuner, seed, wl, target, workers)
     native = template.search_space(wl)
     allowed = None if target is None else ConstrainedSpace.of(
         SearchSpace.from_json(native), KernelRules(wl, template, target)).domains()

@@ -1,7 +1,7 @@
 """The benchmark protocol: frozen tuners on the study's and held-out workloads, several seeds, medians with CIs.
 
     python -m benchmarks.protocol [--quick] [--set study|held-out|all] [--tuners opevo gbfs na2c random]
-        [--seeds 5] [--trials 128] [--workers N] [--parallel P] [--target auto|cuda|rocm|llvm] [--out DIR]
+        [--seeds 5] [--trials 128] [--workers auto|N] [--parallel P] [--target auto|cuda|rocm|llvm] [--out DIR]
         [--workloads op/spec ...]
 
 Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experiments' classArgs
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import registry
+from experiments.write import auto_concurrency, concurrency_arg
 from trial.inputs import number_type
 from trial.measure import Options, device
 from trial.records import Records, RecordsError
@@ -57,8 +58,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"of {', '.join(driver.TUNERS)} (default {' '.join(DEFAULTS['tuners'])})")
     p.add_argument("--seeds", type=number_type(int, 1, 1000), help=f"seeds 0..S-1 per tuner (default {DEFAULTS['seeds']})")
     p.add_argument("--trials", type=number_type(int, 1, 100_000), help=f"trials per run (default {DEFAULTS['trials']})")
-    p.add_argument("--workers", type=number_type(int, 1, 1024), default=registry.CONCURRENCY,
-                   help=f"trials measured at once in a run (default {registry.CONCURRENCY})")
+    p.add_argument("--workers", type=concurrency_arg, default="auto",
+                   help="trials in flight in a run: a number, or auto (default): as many as an experiment on one "
+                        f"GPU of this machine runs, {registry.CONCURRENCY} on a CPU")
     p.add_argument("--parallel", type=number_type(int, 1, 256), default=1,
                    help="runs at a time, their kernels spread over the host's GPUs (default 1)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))
@@ -91,6 +93,15 @@ def resolve(args: argparse.Namespace) -> None:
             raise ValueError(f"unknown tuner {tuner!r}: expected one of {', '.join(driver.TUNERS)} (the protocol "
                              "runs the experiments' frozen settings, so no variants)")
     args.tuners = list(dict.fromkeys(args.tuners))
+
+
+def workers(args: argparse.Namespace) -> int:
+    """--workers as a number: auto is what `nnictl create` of a written experiment runs on one GPU of this
+    machine (`experiments.write.auto_concurrency`), so that the frozen settings are measured as users run
+    them (OpEvo breeds that many offspring at once: `experiments.registry.class_args`)."""
+    if args.workers != "auto":
+        return args.workers
+    return auto_concurrency(args.target, 1 if device(args.target).is_gpu else 0)
 
 
 def _device(kind: str, seen: list[str]) -> str:
@@ -148,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         resolve(args)
         sets = plan_sets(args)
         records = Records(args.records)
-    except (SpecError, ValueError, RecordsError) as err:
+        args.workers = workers(args)
+    except (SpecError, ValueError, RecordsError, TargetError, ServiceError) as err:
         p.error(str(err))
     logging.getLogger("nni").setLevel(logging.WARNING)
     options = Options(target=args.target, min_repeat_ms=args.min_repeat_ms)

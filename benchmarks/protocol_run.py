@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from experiments import registry
 from trial.measure import Options, measure
 from trial.records import Records
 from trial.results import MeasureResult, Status
@@ -79,9 +80,12 @@ def _retimed(wl: Workload, found: MeasureResult, options: Options) -> dict[str, 
             "target": again.target or found.target, "warning": again.warning, "reason": again.reason[:300]}
 
 
-def class_args(tuner: str) -> dict[str, Any]:
-    """The frozen classArgs of `tuner`, as the experiments give them (the seed is the run's)."""
-    return dict(driver.tuner_spec(tuner).get("classArgs", {}))
+def class_args(tuner: str, workers: int) -> dict[str, Any]:
+    """The frozen classArgs of `tuner`, as an experiment with `workers` trials in flight gives them (the seed
+    is the run's)."""
+    if tuner in registry.BUILTIN_TUNERS:
+        return dict(registry.BUILTIN_TUNERS[tuner].get("classArgs", {}))
+    return registry.class_args(tuner, workers)
 
 
 def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: int, options: Options,
@@ -96,7 +100,7 @@ def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: i
     to_trials, to_seconds = time_to_fraction(run.trials, FRACTION)
     return {
         "workload": wl.name, "key": wl.key, "model": model, "tuner": tuner, "seed": seed,
-        "class_args": class_args(tuner), "budget": trials, "workers": workers, "options": asdict(options),
+        "class_args": class_args(tuner, workers), "budget": trials, "workers": workers, "options": asdict(options),
         "device": next((t.result.device for t in run.trials if t.result.device), ""), "target": where,
         "trials": len(run.trials), "ended": run.ended, "wall_s": run.wall_s, "tuner_s": run.tuner_s,
         "experiment": run.experiment, "search_best_gflops": run.curve[-1] if run.curve else 0.0,

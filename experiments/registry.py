@@ -22,6 +22,17 @@ TUNERS: dict[str, dict[str, Any]] = {
              "classArgs": {"optimize_mode": "maximize", "n_states": 8, "n_steps": 4, "hidden_size": 64,
                            "lr": 0.01, "sampling": "nearest"}},
 }
+
+
+def class_args(tuner: str, concurrency: int) -> dict[str, Any]:
+    """The classArgs of the suite's `tuner` for an experiment with `concurrency` trials in flight: OpEvo
+    breeds at least that many offspring at once, since it keeps no more than `offspring_size` in flight."""
+    args = dict(TUNERS[tuner]["classArgs"])
+    if "offspring_size" in args:
+        args["offspring_size"] = max(args["offspring_size"], concurrency)
+    return args
+
+
 BUILTIN_TUNERS: dict[str, dict[str, Any]] = {  # NNI's tuners, over the twin space
     "tpe": {"className": "tuners.tpe.TPETuner", "classArgs": {"optimize_mode": "maximize"}},
     "random": {"name": "Random"},

@@ -29,6 +29,7 @@ from trial.target import Target, TargetError
 from trial.workload import SpecError, Workload, parse
 
 from .registry import BUILTIN_TUNERS, CONCURRENCY, MAX_TRIALS, TUNERS
+from .registry import class_args as registry_class_args
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ROOT / "experiments"
@@ -74,9 +75,8 @@ def config(wl: Workload, tuner: str, out: Path, max_trials: int = MAX_TRIALS,
     if builtin:
         algo = BUILTIN_TUNERS[tuner]
     else:
-        class_args = {**TUNERS[tuner]["classArgs"], "warm_start": warm_start, "workload": wl.name, "target": target}
-        if "offspring_size" in class_args:  # OpEvo keeps at most that many trials in flight
-            class_args["offspring_size"] = max(class_args["offspring_size"], concurrency)
+        class_args = {**registry_class_args(tuner, concurrency), "warm_start": warm_start, "workload": wl.name,
+                      "target": target}
         algo = {**TUNERS[tuner], "classArgs": class_args}
     return {
         "experimentName": f"{wl.op}-{wl.spec}-{tuner}",

@@ -38,7 +38,7 @@ def test_protocol_records_each_run_resumes_and_prints_the_tables(tmp_path, capsy
     for name in expected:
         record = json.loads((out / name).read_text())
         assert record["trials"] == len(record["curve"]) == TRIALS and record["budget"] == TRIALS
-        assert record["class_args"] == protocol_run.class_args(record["tuner"])
+        assert record["class_args"] == protocol_run.class_args(record["tuner"], WORKERS)
         retimed = record["retimed"]
         assert 1 <= len(retimed) <= protocol_run.RETIMED
         assert len({json.dumps(r["params"], sort_keys=True) for r in retimed}) == len(retimed)  # distinct configs
@@ -185,3 +185,22 @@ def test_header_names_the_command_device_and_versions():
     assert "Versions: TVM 0.27, CUDA 12.8, NVIDIA driver 570" in text
     found = protocol_report.versions()
     assert {"TVM", "NNI"} <= set(found)
+
+
+def test_runs_get_the_classargs_and_concurrency_of_an_experiment_on_one_gpu(monkeypatch):
+    """The frozen settings as `nnictl create` runs them: OpEvo breeds as many offspring as trials in flight,
+    and --workers auto is an experiment's trials in flight on one GPU of this machine (a CPU: fewer)."""
+    from benchmarks import driver
+    from experiments import registry, write
+
+    assert registry.class_args("opevo", 16)["offspring_size"] == 16
+    assert registry.class_args("opevo", 4) == registry.TUNERS["opevo"]["classArgs"]
+    assert driver.make_tuner("opevo", 0, concurrency=16)[0].offspring_size == 16
+    assert protocol_run.class_args("random", 16) == {}
+    gpu = type("Found", (), {"is_gpu": True})()
+    monkeypatch.setattr(protocol, "device", lambda kind: gpu)
+    monkeypatch.setattr(write.os, "cpu_count", lambda: 64)
+    assert protocol.workers(protocol.parser().parse_args([])) == write.IN_FLIGHT_PER_GPU
+    assert protocol.workers(protocol.parser().parse_args(["--workers", "3"])) == 3
+    gpu.is_gpu = False
+    assert protocol.workers(protocol.parser().parse_args([])) == registry.CONCURRENCY
