@@ -79,7 +79,7 @@ trial: install  ## measure the hand-picked config of OP/SPEC once, e.g. make tri
 gpu-check: install  ## on a GPU machine: the study's hand-picked configs vs cuBLAS/cuDNN, and a 64-trial OpEvo experiment through nnictl
 	$(BIN)/python -m benchmarks.gpucheck
 
-bench: install  ## the benchmark protocol (frozen tuners, study + held-out workloads, 5 seeds); ARGS="--quick" for one short GPU session
+bench: install  ## the benchmark protocol (frozen tuners, study + held-out workloads, 5 seeds); ARGS="--quick" for one short GPU session, ARGS="--publish" to write docs/results.md
 	$(BIN)/python -m benchmarks.protocol $(ARGS)
 
 cuda-env:  ## build the CUDA image and open a shell in it: all GPUs, this repo mounted, web UI on WEB_PORT

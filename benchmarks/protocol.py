@@ -14,6 +14,9 @@ device and versions (`benchmarks.protocol_report`), and written to OUT/summary.m
 --quick: the first study and held-out workloads, OpEvo only, 1 seed, 64 trials (one short GPU session);
 flags given with it still win.  --workloads replaces the sets by the given op/spec names.
 
+--publish [PAGE] also writes the report into PAGE (docs/results.md), between markers that it replaces
+the next time, and its plots into PAGE's folder's protocol/ (`benchmarks.protocol_publish`).
+
 --parallel P runs P of the missing runs at a time (default 1), in one measuring service that spreads
 their kernels over every GPU of the host: on G GPUs, P = G with P x --workers trials in flight at most
 one per core keeps each run's pace close to a run alone on one GPU.  The record of each run says P, since
@@ -35,14 +38,15 @@ from trial.inputs import number_type
 from trial.measure import Options, device
 from trial.records import Records, RecordsError
 from trial.target import KINDS, TargetError
-from trial.service.client import ServiceError
+from trial.service.client import ROOT, ServiceError
 from trial.workload import SpecError, parse_name
 
-from . import driver, protocol_report, protocol_run, workloads
+from . import driver, protocol_publish, protocol_report, protocol_run, workloads
 from .workloads import Entry
 
 _logger = logging.getLogger(__name__)
 
+PAGE = ROOT / "docs" / "results.md"
 DEFAULTS = {"tuners": ["opevo", "gbfs", "na2c", "random"], "seeds": 5, "trials": 128}
 QUICK = {"tuners": ["opevo"], "seeds": 1, "trials": 64}
 
@@ -68,6 +72,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"minimum length of a timed repeat (default {Options.min_repeat_ms})")
     p.add_argument("--out", type=Path, default=Path("results/protocol"), help="run records and summary.md")
     p.add_argument("--records", help="records store (default: $OPEVO_RECORDS or records/records.sqlite)")
+    p.add_argument("--publish", nargs="?", type=Path, const=PAGE, metavar="PAGE",
+                   help=f"also write the report into PAGE (default {PAGE.relative_to(ROOT)}) and its plots beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
@@ -167,15 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     ran = run_missing([(entry, tuner, seed) for entries in sets.values() for entry in entries
                        for tuner in args.tuners for seed in range(args.seeds)], args, options, records, failed)
-    tables, seen = [], []
+    tables, seen, plotted = [], [], {}
     for title, entries in sets.items():
-        rows, with_vendor = [], False
+        rows, with_vendor, plotted[title] = [], False, {}
         for entry in entries:
             for tuner in args.tuners:
                 found = recorded(entry, tuner, args)
                 seen += [r["device"] for r in found if r.get("device")]
                 with_vendor |= any(r.get("vendor") for r in found)
                 rows.append(protocol_report.row(entry, tuner, found))
+                plotted[title].setdefault(entry.workload, []).extend(found)
         tables.append(protocol_report.table(title, rows, with_vendor))
     text = "\n\n".join([f"# Benchmark protocol\n\n{protocol_report.header(argv, _device(args.target, seen))}", *tables])
     if failed:
@@ -184,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.md").write_text(text + "\n")
     print(text)
+    if args.publish:
+        images = protocol_publish.plots(plotted, args.publish.parent / "protocol")
+        protocol_publish.publish(args.publish, text, images)
+        print(f"wrote the report into {args.publish} and {len(images)} plots beside it", file=sys.stderr)
     print(f"{ran} runs measured, the others read from {args.out}; wrote {args.out / 'summary.md'}", file=sys.stderr)
     return 1 if failed else 0
 
