@@ -6,7 +6,8 @@
 
 Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experiments' classArgs
 (`experiments.registry`, no variants: the settings are frozen), its 3 best distinct configs re-timed and
-the vendor library timed beside it (`benchmarks.protocol_run`).  Each run's record is a JSON file under
+the vendor library timed beside it (`benchmarks.protocol_run`).  Then, alone, the peer on each workload:
+`torch.compile` in its max-autotune mode of the vendor's call, the vendor timed beside it (--no-peer: none).  Each run's record is a JSON file under
 --out (default results/protocol); a run whose file is there is not run again, so a killed protocol resumes
 where it stopped.  Then a markdown table per workload set is printed after a header with the command,
 device and versions (`benchmarks.protocol_report`), and written to OUT/summary.md.
@@ -72,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
                    help=f"minimum length of a timed repeat (default {Options.min_repeat_ms})")
     p.add_argument("--out", type=Path, default=Path("results/protocol"), help="run records and summary.md")
     p.add_argument("--records", help="records store (default: $OPEVO_RECORDS or records/records.sqlite)")
+    p.add_argument("--no-peer", action="store_true", help=f"leave out the peer ({protocol_run.PEER})")
     p.add_argument("--publish", nargs="?", type=Path, const=PAGE, metavar="PAGE",
                    help=f"also write the report into PAGE (default {PAGE.relative_to(ROOT)}) and its plots beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -146,6 +148,21 @@ def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, rec
         return sum(pool.map(one, missing))
 
 
+def peers_missing(entries: list[Entry], args: argparse.Namespace, options: Options) -> int:
+    """Run the peer on each workload without its record, one at a time after the tuners' runs, so that it
+    has the device and the cores to itself; returns how many ran."""
+    ran = 0
+    for entry in entries:
+        wl = parse_name(entry.workload)
+        where = protocol_run.peer_path(args.out, wl)
+        if protocol_run.load(where) is None:
+            record = protocol_run.peer(wl, entry.model, device(args.target), options)
+            if record is not None:
+                protocol_run.save(where, record)
+                ran += 1
+    return ran
+
+
 def _path(job: Job, args: argparse.Namespace) -> Path:
     entry, tuner, seed = job
     return protocol_run.path(args.out, parse_name(entry.workload), tuner, seed, args.trials, args.workers)
@@ -173,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     ran = run_missing([(entry, tuner, seed) for entries in sets.values() for entry in entries
                        for tuner in args.tuners for seed in range(args.seeds)], args, options, records, failed)
+    if not args.no_peer:
+        ran += peers_missing([entry for entries in sets.values() for entry in entries], args, options)
     tables, seen, plotted = [], [], {}
     for title, entries in sets.items():
         rows, with_vendor, plotted[title] = [], False, {}
@@ -183,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                 with_vendor |= any(r.get("vendor") for r in found)
                 rows.append(protocol_report.row(entry, tuner, found))
                 plotted[title].setdefault(entry.workload, []).extend(found)
+            if not args.no_peer:
+                rows.append(protocol_report.peer_row(entry, protocol_run.load(
+                    protocol_run.peer_path(args.out, parse_name(entry.workload)))))
         tables.append(protocol_report.table(title, rows, with_vendor))
     text = "\n\n".join([f"# Benchmark protocol\n\n{protocol_report.header(argv, _device(args.target, seen))}", *tables])
     if failed:

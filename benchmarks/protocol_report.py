@@ -86,6 +86,19 @@ def row(entry: Entry, tuner: str, records: list[dict[str, Any]]) -> list[str]:
             _median([r["to_fraction"]["seconds"] for r in records], ".1f")]
 
 
+def peer_row(entry: Entry, record: dict[str, Any] | None) -> list[str]:
+    """The peer's row on `entry` from its record (none: dashes; a failed compilation: its error)."""
+    name = "torch.compile max-autotune"
+    if record is None:
+        return [entry.workload, entry.model, name, "0", "-", "-", "-", "-"]
+    if "error" in record:
+        return [entry.workload, entry.model, name, "1", f"failed: {record['error'][:120]}", "-", "-", "-"]
+    differs = " (output differs from the reference)" if record.get("check") else ""
+    ratio = f"{record['ratio']:.2f}" if record.get("ratio") is not None else "-"
+    return [entry.workload, entry.model, name + differs, "1", f"{record['gflops']:.1f}", ratio, "-",
+            f"{record['compile_s']:.1f}"]
+
+
 HEAD = ["workload", "model", "tuner", "seeds", "best GFLOPS, median [95 % CI]", "vs vendor, median [95 % CI]",
         "trials to 95 %", "seconds to 95 %"]
 
@@ -96,7 +109,9 @@ def table(title: str, rows: list[list[str]], with_vendor: bool) -> str:
              *("| " + " | ".join(cells) + " |" for cells in rows), ""]
     lines.append("Best: each run's best of its 3 fastest distinct configs re-timed; medians over seeds, 95 % "
                  "percentile-bootstrap intervals (none for one seed). To 95 %: median trials and seconds until "
-                 "a run first reached 95 % of its own best.")
+                 "a run first reached 95 % of its own best; for torch.compile (one run, its mode "
+                 "max-autotune-no-cudagraphs, timed from a CUDA graph as every row is), the seconds its "
+                 "compilation and autotuning took.")
     if not with_vendor:
         lines.append("Vendor ratios are absent: no vendor figure here (cuBLAS/cuDNN are timed through PyTorch on "
                      "CUDA devices only).")

@@ -28,6 +28,10 @@ from trial.workload import Workload
 from . import driver
 from .stats import time_to_fraction
 
+PEER = "torch.compile max-autotune"
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+"""Inductor's autotuning of "max-autotune" without its own CUDA graphs: the call is replayed from a CUDA
+graph when timed (trial/vendor.py), as the vendor's and the suite's kernels are."""
 RETIMED = 3
 FRACTION = 0.95
 """Time to quality: trials and seconds until a run first reached this fraction of its own best."""
@@ -36,6 +40,27 @@ FRACTION = 0.95
 def path(out: Path, wl: Workload, tuner: str, seed: int, trials: int, workers: int) -> Path:
     """Where the record of one run lives: one folder per workload, the budget and seed in the name."""
     return out / wl.op / wl.key.split("/", 1)[1] / f"{tuner}-t{trials}-w{workers}-s{seed}.json"
+
+
+def peer_path(out: Path, wl: Workload) -> Path:
+    """Where the record of the peer's run on `wl` lives, beside the tuners' runs."""
+    return out / wl.op / wl.key.split("/", 1)[1] / "torch-compile.json"
+
+
+def peer(wl: Workload, model: str, target: Any, options: Options) -> dict[str, Any] | None:
+    """`torch.compile` at its best mode (`COMPILE_MODE`) on the vendor's call on `wl`, its output checked, the
+    vendor timed right after it: the peer's record; None where there is no figure (no CUDA, no PyTorch).
+    A compilation that fails is a record too (its "error"), not a figure."""
+    try:
+        compiled = baseline(wl, target, options.repeat, options.min_repeat_ms, compile_mode=COMPILE_MODE)
+    except Exception as err:  # noqa: BLE001 - Inductor's failure on this workload is the peer's result
+        compiled = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+    if compiled is None:
+        return None
+    library = baseline(wl, target, options.repeat, options.min_repeat_ms) if "error" not in compiled else None
+    return {"workload": wl.name, "key": wl.key, "model": model, "peer": PEER, "mode": COMPILE_MODE, **compiled,
+            "vendor": library, "ratio": compiled["gflops"] / library["gflops"] if library else None,
+            "options": asdict(options), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def save(target: Path, record: dict[str, Any]) -> None:

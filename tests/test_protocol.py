@@ -125,19 +125,43 @@ def test_runs_at_a_time_each_record_says_how_many(tmp_path, capsys, monkeypatch)
     assert most[0] == 2 and "4 runs measured" in capsys.readouterr().err
 
 
-def test_runs_with_a_vendor_figure_get_ratios_with_intervals(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(protocol_run, "baseline", lambda wl, target, repeat, min_repeat_ms: {
-        "library": "fake BLAS", "gflops": 2.0, "latency_ms": 1.0})
+def fake_library(wl, target, repeat, min_repeat_ms, compile_mode=None):
+    """The vendor at 2 GFLOPS, and torch.compile of it at 3 after 5 s of compiling."""
+    if compile_mode:
+        return {"library": "compiled BLAS", "gflops": 3.0, "latency_ms": 0.7, "compile_s": 5.0, "check": None}
+    return {"library": "fake BLAS", "gflops": 2.0, "latency_ms": 1.0}
+
+
+def test_runs_with_a_vendor_figure_get_ratios_with_intervals_and_the_peer_its_ratio(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(protocol_run, "baseline", fake_library)
     out = tmp_path / "out"
     assert protocol.main(["--workloads", TINY[0], "--tuners", "opevo", "--seeds", "2", "--trials", "3",
                           "--target", "llvm", "--min-repeat-ms", "1", "--out", str(out), "--no-progress"]) == 0
-    records = [json.loads(p.read_text()) for p in sorted(out.rglob("*.json"))]
+    records = [json.loads(p.read_text()) for p in sorted(out.rglob("opevo-*.json"))]
     ratios = sorted(r["best_gflops"] / 2.0 for r in records)
     assert [r["ratio"] for r in sorted(records, key=lambda r: r["ratio"])] == ratios
     text = capsys.readouterr().out
     row = next(line for line in text.splitlines() if line.startswith(f"| {TINY[0]} |"))
     assert f"{(ratios[0] + ratios[1]) / 2:.2f} [{ratios[0]:.2f}, {ratios[1]:.2f}]" in row
     assert "Vendor ratios are absent" not in text
+    assert f"| {TINY[0]} | given on the command line | torch.compile max-autotune | 1 | 3.0 | 1.50 | - | 5.0 |" in text
+    peer = json.loads(protocol_run.peer_path(out, parse_name(TINY[0])).read_text())
+    assert peer["mode"] == protocol_run.COMPILE_MODE and peer["vendor"]["gflops"] == 2.0
+
+
+def test_a_peer_that_fails_to_compile_is_a_record_and_the_cpu_has_none(tmp_path, monkeypatch):
+    def failing(wl, target, repeat, min_repeat_ms, compile_mode=None):
+        if compile_mode:
+            raise RuntimeError("Inductor: no template")
+        raise AssertionError("no vendor figure after a failed compilation")
+
+    monkeypatch.setattr(protocol_run, "baseline", failing)
+    wl, options = parse_name(TINY[0]), protocol.Options(target="llvm")
+    record = protocol_run.peer(wl, "a model", "cuda sm_90", options)
+    assert record["error"] == "RuntimeError: Inductor: no template" and record["ratio"] is None
+    assert "failed: RuntimeError: Inductor" in protocol_report.peer_row(workloads.Entry(TINY[0], "m"), record)[4]
+    monkeypatch.undo()
+    assert protocol_run.peer(wl, "a model", "llvm", options) is None  # the vendor and the peer need CUDA
 
 
 def test_save_leaves_no_file_when_writing_fails(tmp_path, monkeypatch):

@@ -7,8 +7,8 @@ TINY = "mm/N32K32M32"
 
 
 def test_publish_writes_the_report_into_the_page_and_replaces_it_the_next_time(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(protocol_run, "baseline", lambda wl, target, repeat, min_repeat_ms: {
-        "library": "fake BLAS", "gflops": 2.0, "latency_ms": 1.0})
+    monkeypatch.setattr(protocol_run, "baseline", lambda wl, target, repeat, min_repeat_ms, compile_mode=None: {
+        "library": "fake BLAS", "gflops": 2.0, "latency_ms": 1.0, "compile_s": 1.0})
     page = tmp_path / "docs" / "results.md"
     page.parent.mkdir()
     page.write_text("# Results\n\nWritten by hand.\n\n## A measured section\n\nIts table.\n")

@@ -41,7 +41,7 @@ def test_the_library_computes_on_the_suites_inputs_and_is_checked_against_its_re
     assert [tuple(t.shape) for t in (a, b)] == [w.shape for w in want] == list(wl.input_shapes)
     assert all(np.array_equal(t.double().numpy(), w) for t, w in zip((a, b), want))  # the same values, exactly
     assert a.dtype == b.dtype == getattr(torch, wl.element.name)
-    label, call = library._call(wl, torch, "cpu")
+    label, call = library.library_call(wl, torch, "cpu")
     out = call()
     assert tuple(out.shape) == wl.output_shape and library.check(wl, out) is None
     wrong = out.clone()
@@ -69,3 +69,16 @@ def test_gpucheck_fails_where_the_vendors_output_is_wrong():
         "the vendor's output differs from the float64 reference: mm/N32K32M32"]
     assert cells(wrong)[-2:] == ["2.00", "vendor's output: 1 of 1024 checked outputs differ"]
     assert cells(right)[-1] == ""
+
+
+def test_torch_compile_at_the_peers_mode_compiles_the_library_call_whole():
+    """The protocol's peer compiles the call the vendor is timed with, in one graph (fullgraph), and what it
+    computes passes the same reference; on the CPU build of PyTorch, Inductor's C++ kernels stand in."""
+    import torch
+
+    from benchmarks.protocol_run import COMPILE_MODE
+
+    wl = parse_name("mm/N64K64M48PNT")
+    _, call = library.library_call(wl, torch, "cpu")
+    compiled = torch.compile(call, mode=COMPILE_MODE, fullgraph=True, dynamic=False)
+    assert library.check(wl, compiled()) is None

@@ -11,6 +11,7 @@ repeat settings: the benchmarks and `make tune`'s summary (experiments/summary.p
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +25,8 @@ GRAPH_CALLS = 100
 kernels are timed: trial/graphs.py, which captures through the CUDA driver rather than PyTorch)."""
 
 
-def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
-             min_repeat_ms: float = Options.min_repeat_ms, cudnn_benchmark: bool = True) -> dict[str, Any] | None:
+def baseline(wl: Workload, target: Any, repeat: int = Options.repeat, min_repeat_ms: float = Options.min_repeat_ms,
+             cudnn_benchmark: bool = True, compile_mode: str | None = None) -> dict[str, Any] | None:
     """The vendor library on `wl` (`time_vendor`) under the CUDA device lock, or None where it has no figure.
 
     `target` is where the kernels ran: a target kind or a measurement's target string ("cuda sm_90"),
@@ -41,17 +42,23 @@ def baseline(wl: Workload, target: Any, repeat: int = Options.repeat,
     if not torch.cuda.is_available():
         return None
     with devicelock.acquire("cuda", 1):
-        return time_vendor(wl, repeat, min_repeat_ms, cudnn_benchmark)
+        return time_vendor(wl, repeat, min_repeat_ms, cudnn_benchmark, compile_mode)
 
 
 def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float = Options.min_repeat_ms,
-                cudnn_benchmark: bool = True) -> dict[str, Any] | None:
+                cudnn_benchmark: bool = True, compile_mode: str | None = None) -> dict[str, Any] | None:
     """Median latency (ms) and GFLOPS of the vendor library on `wl`, on the current CUDA device, and "check":
     None where its output passed the float64 reference (`check`), else what differs (its "library" says so
-    too); None where the library has no kernel for it (`_call`).
+    too); None where the library has no kernel for it (`library_call`).
 
     cuDNN picks its algorithm by timing them all (`cudnn_benchmark`, as a user tuning for speed would) or,
     with False, by its heuristics (PyTorch's default).
+
+    With `compile_mode` the same call goes through `torch.compile` in that mode first, as a PyTorch user
+    gets it ("compile_s": its compilation and autotuning, under the lock, before the timing): in
+    "max-autotune-no-cudagraphs" Inductor times its Triton templates against the ATen kernels (cuBLAS,
+    cuDNN) and keeps the fastest, as "max-autotune" does, without Inductor's CUDA graphs, since the call is
+    replayed from a CUDA graph here anyway.  Inductor's templates follow the TF32 setting below.
 
     The calls are replayed from a CUDA graph: launched one by one from Python, each costs the CPU more
     (PyTorch's dispatch, ~15 us on an H100 machine) than a small GEMM takes on the GPU, so the GPU waited
@@ -66,18 +73,35 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = cudnn_benchmark
     try:  # the process's settings are given back: make tune's summary times the vendor in its own process
-        return _timed(wl, torch, repeat, min_repeat_ms, cudnn_benchmark)
+        return _timed(wl, torch, repeat, min_repeat_ms, cudnn_benchmark, compile_mode)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
 
 
-def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_benchmark: bool) -> dict[str, Any] | None:
-    found = _call(wl, torch)
+def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_benchmark: bool,
+           compile_mode: str | None) -> dict[str, Any] | None:
+    found = library_call(wl, torch)
     if found is None:
         return None
     name, fn = found
     if wl.op == "conv" and not cudnn_benchmark:
         name += ", heuristic algorithm (cudnn.benchmark off)"
+    if not compile_mode:
+        return time_call(wl, torch, name, fn, repeat, min_repeat_ms)
+    start = time.perf_counter()
+    fn = torch.compile(fn, mode=compile_mode, fullgraph=True, dynamic=False)
+    fn()
+    torch.cuda.synchronize()
+    compiled = time.perf_counter() - start
+    return {**time_call(wl, torch, f"torch.compile {compile_mode} of {name}", fn, repeat, min_repeat_ms),
+            "compile_s": compiled}
+
+
+def time_call(wl: Workload, torch: Any, name: str, fn: Callable[[], Any], repeat: int,
+              min_repeat_ms: float) -> dict[str, Any]:
+    """Time `fn` (a call on `wl`'s operands, returning its output) as the vendor is timed, from a CUDA graph
+    where it can be captured, and check its output: {"library": `name`, "latency_ms", "gflops", "timing",
+    "check"} (`time_vendor`)."""
     side = torch.cuda.Stream()  # warm-up (cuDNN's algorithm search, cuBLAS's workspace) off the capture stream
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -104,10 +128,10 @@ def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_be
 
 
 def check(wl: Workload, output: Any) -> str | None:
-    """None where the library's `output` (a torch tensor, of `_call`'s operands) matches the float64 reference
-    of `wl` within the tolerance the suite's kernels get, else what differs.  A convolution that cuDNN may
-    compute by Winograd's transforms (stride 1, a kernel trial/winograd.py has a tile for) passes with
-    their rounding too, as the suite's Winograd kernels do."""
+    """None where the library's `output` (a torch tensor, of `library_call`'s operands) matches the float64
+    reference of `wl` within the tolerance the suite's kernels get, else what differs.  A convolution that
+    cuDNN may compute by Winograd's transforms (stride 1, a kernel trial/winograd.py has a tile for) passes
+    with their rounding too, as the suite's Winograd kernels do."""
     got = (output.float() if output.is_floating_point() else output).cpu().numpy()
     reference = Reference.of(wl)
     wrong = reference.check(got)
@@ -139,7 +163,7 @@ def operands(wl: Workload, torch: Any, device: str = "cuda") -> list[Any]:
     return found
 
 
-def _call(wl: Workload, torch: Any, device: str = "cuda") -> tuple[str, Callable[[], Any]] | None:
+def library_call(wl: Workload, torch: Any, device: str = "cuda") -> tuple[str, Callable[[], Any]] | None:
     """The library's name (with the type) and a call of it on `wl`'s operands (`operands`), returning its
     output, or None.
 
