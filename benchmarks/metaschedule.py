@@ -6,11 +6,11 @@ float16, int8 and float8 on CUDA), given the budget as `max_trials_global`.  A l
 `metaschedule[init_min_unmeasured=8,max_fail_count=20]` sets arguments of its evolutionary search
 (`STRATEGY_ARGS`): where few of its sampled schedules pass its GPU checks, the defaults give up before
 the first round (the study's 11x11 conv; docs/benchmarks.md, "MetaSchedule as a peer").  Its candidates
-are measured the way MetaSchedule measures them (its own builder and runner), but with the suite's
-repeat settings and under the suite's device lock, and each one is reported as a trial.  Its best
-schedule is then compiled into a library, which the suite verifies and times like any trial's
-(`trial.measure.measure_library`: the device's runner in the measuring service): that is the figure to
-compare.
+are built by its own builder and then verified and timed by the measuring service as the suite's
+kernels are (`ServiceRunner`: every GPU of the host takes them, each timed from a CUDA graph, a wrong
+output a failed candidate), so its cost model learns from the same figures, and each one is reported as
+a trial.  Its best schedule is then compiled into a library, which the suite verifies and times like any
+trial's (`trial.measure.measure_library`): that is the figure to compare.
 
 Everything happens in a child process, so the caller never imports TVM or holds a GPU context, and a
 crash of MetaSchedule becomes a result.  Two costs of MetaSchedule's set-up are cut: `TuneContext`
@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -135,23 +136,25 @@ def _classes() -> tuple[type, type, type]:
             return results
 
     @derived_object
-    class LockedRunner(PyRunner):
-        """LocalRunner (on device 0; it returns finished futures) with each candidate under the device lock."""
+    class ServiceRunner(PyRunner):
+        """A batch's candidates verified and timed by the measuring service at once (`measure_library`), as
+        the suite's kernels are, on every GPU; a wrong output fails a candidate.  Its futures are finished."""
 
-        def __init__(self, inner: Any, kind: str) -> None:
+        def __init__(self, wl: Workload, options: Options) -> None:
             super().__init__()
-            self.inner, self.kind, self.lock_wait_s, self.seconds = inner, kind, 0.0, 0.0
+            self.wl, self.options, self.lock_wait_s, self.seconds = wl, options, 0.0, 0.0
 
         def run(self, runner_inputs: list) -> list:
-            futures, self.lock_wait_s, self.seconds = [], 0.0, 0.0
-            for one in runner_inputs:
-                start = time.perf_counter()
-                with devicelock.acquire(self.kind, 1):
-                    locked = time.perf_counter()
-                    futures += self.inner.run([one])
-                self.lock_wait_s += locked - start
-                self.seconds += time.perf_counter() - locked
-            return futures
+            from tvm.s_tir.meta_schedule.runner import RunnerFuture, RunnerResult
+
+            with ThreadPoolExecutor(max(1, len(runner_inputs))) as pool:
+                measured = list(pool.map(lambda one: measure_library(self.wl, Path(one.artifact_path), self.options),
+                                         runner_inputs))
+            self.lock_wait_s = sum(m.extra.get("stages", {}).get("lock_wait", 0.0) for m in measured)
+            self.seconds = sum(m.extra.get("stages", {}).get("run", 0.0) for m in measured)
+            results = [RunnerResult([r / 1e3 for r in m.extra.get("repeats_ms") or [m.latency_ms]], None)
+                       if m.status == Status.OK else RunnerResult(None, f"{m.status}: {m.reason}") for m in measured]
+            return [RunnerFuture(lambda: True, lambda result=result: result) for result in results]
 
     @derived_object
     class Report(PyMeasureCallback):
@@ -180,7 +183,7 @@ def _classes() -> tuple[type, type, type]:
                                latency_std_ms=statistics.pstdev(secs) * 1e3)
                 self.conn.send(("trial", row))
 
-    return TimedBuilder, LockedRunner, Report
+    return TimedBuilder, ServiceRunner, Report
 
 
 def _final(sch: Any, ms_target: Any, library: Path) -> dict[str, Any]:
@@ -219,11 +222,9 @@ def _child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Optio
     _register_intrinsics(target.kind)
     ms_target = _ms_target(target)
     conn.send(("target", {"target": target.label, "device": target.device_name}))
-    TimedBuilder, LockedRunner, Report = _classes()
+    TimedBuilder, ServiceRunner, Report = _classes()
     builder = TimedBuilder(ms.builder.LocalBuilder(f_build=build, timeout_sec=options.build_timeout_s))
-    evaluator = ms.runner.EvaluatorConfig(number=1, repeat=options.repeat, min_repeat_ms=options.min_repeat_ms)
-    runner = LockedRunner(ms.runner.LocalRunner(timeout_sec=options.run_timeout_s, evaluator_config=evaluator),
-                          target.kind)
+    runner = ServiceRunner(wl, options)
     func = templates.load(wl, options.template).prim_func(wl)
     conn.send(("setup", time.perf_counter() - start))
     try:

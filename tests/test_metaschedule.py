@@ -68,3 +68,25 @@ def test_metaschedules_builds_hold_the_cpu_from_timings():
     TimedBuilder, _, _ = metaschedule._classes()
     TimedBuilder(Inner()).build([])
     assert busy == [True]
+
+
+def test_metaschedules_candidates_are_verified_and_timed_by_the_measuring_service(tmp_path):
+    """Its candidates go to the measuring service's runners, all of a batch at once (on a GPU host, every GPU
+    takes them), and are timed and verified as the suite's kernels are: a wrong output fails the candidate."""
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from trial.measure import measure
+
+    wl, options = parse("mm", "N32K32M32"), Options(target="llvm", min_repeat_ms=1)
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    right.mkdir(), wrong.mkdir()
+    assert measure(wl, None, options, keep=right).status == "ok"
+    assert measure(wl, None, Options(**{**options.__dict__, "template": "faulty_templates:Wrong"}),
+                   keep=wrong).status == "wrong_result"
+    _, ServiceRunner, _ = metaschedule._classes()
+    runner = ServiceRunner(wl, options)
+    inputs = [RunnerInput(str(folder / "kernel.so"), "cpu", []) for folder in (right, wrong)]
+    ok, failed = [future.result() for future in runner.run(inputs)]
+    assert ok.error_msg is None and len(ok.run_secs) == options.repeat and all(float(s) > 0 for s in ok.run_secs)
+    assert failed.run_secs is None and failed.error_msg.startswith("wrong_result: ")
+    assert runner.seconds > 0
