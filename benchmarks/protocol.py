@@ -7,9 +7,9 @@
 Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experiments' classArgs
 (`experiments.registry`, no variants: the settings are frozen), its 3 best distinct configs re-timed and
 the vendor library timed beside it (`benchmarks.protocol_run`).  Then, alone, the peer on each workload:
-`torch.compile` in its max-autotune mode of the vendor's call, the vendor timed beside it (--no-peer: none).  Each run's record is a JSON file under
---out (default results/protocol); a run whose file is there is not run again, so a killed protocol resumes
-where it stopped.  Then a markdown table per workload set is printed after a header with the command,
+`torch.compile` in its max-autotune mode of the vendor's call, the vendor timed beside it (--no-peer: none).
+Each run's record is a JSON file under --out (default results/protocol); a run whose file is there is
+not run again, so a killed protocol resumes where it stopped.  Then a markdown table per workload set is printed after a header with the command,
 device and versions (`benchmarks.protocol_report`), and written to OUT/summary.md.
 
 --quick: the first study and held-out workloads, OpEvo only, 1 seed, 64 trials (one short GPU session);
@@ -148,18 +148,24 @@ def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, rec
         return sum(pool.map(one, missing))
 
 
-def peers_missing(entries: list[Entry], args: argparse.Namespace, options: Options) -> int:
+def peers_missing(entries: list[Entry], args: argparse.Namespace, options: Options, failed: list[str]) -> int:
     """Run the peer on each workload without its record, one at a time after the tuners' runs, so that it
-    has the device and the cores to itself; returns how many ran."""
+    has the device and the cores to itself; returns how many ran.  One that raises is named in `failed`."""
     ran = 0
     for entry in entries:
         wl = parse_name(entry.workload)
         where = protocol_run.peer_path(args.out, wl)
-        if protocol_run.load(where) is None:
+        if protocol_run.load(where) is not None:
+            continue
+        try:
             record = protocol_run.peer(wl, entry.model, device(args.target), options)
-            if record is not None:
-                protocol_run.save(where, record)
-                ran += 1
+        except Exception as err:  # noqa: BLE001 - the vendor beside it failed: the protocol goes on
+            _logger.exception("%s %s failed", wl.name, protocol_run.PEER)
+            failed.append(f"{wl.name} {protocol_run.PEER}: {type(err).__name__}: {err}")
+            continue
+        if record is not None:
+            protocol_run.save(where, record)
+            ran += 1
     return ran
 
 
@@ -191,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ran = run_missing([(entry, tuner, seed) for entries in sets.values() for entry in entries
                        for tuner in args.tuners for seed in range(args.seeds)], args, options, records, failed)
     if not args.no_peer:
-        ran += peers_missing([entry for entries in sets.values() for entry in entries], args, options)
+        ran += peers_missing([entry for entries in sets.values() for entry in entries], args, options, failed)
     tables, seen, plotted = [], [], {}
     for title, entries in sets.items():
         rows, with_vendor, plotted[title] = [], False, {}
@@ -203,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(protocol_report.row(entry, tuner, found))
                 plotted[title].setdefault(entry.workload, []).extend(found)
             if not args.no_peer:
-                rows.append(protocol_report.peer_row(entry, protocol_run.load(
+                rows.append(protocol_report.peer_row(entry, protocol_run.PEER, protocol_run.load(
                     protocol_run.peer_path(args.out, parse_name(entry.workload)))))
         tables.append(protocol_report.table(title, rows, with_vendor))
     text = "\n\n".join([f"# Benchmark protocol\n\n{protocol_report.header(argv, _device(args.target, seen))}", *tables])

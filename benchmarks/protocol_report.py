@@ -86,9 +86,8 @@ def row(entry: Entry, tuner: str, records: list[dict[str, Any]]) -> list[str]:
             _median([r["to_fraction"]["seconds"] for r in records], ".1f")]
 
 
-def peer_row(entry: Entry, record: dict[str, Any] | None) -> list[str]:
-    """The peer's row on `entry` from its record (none: dashes; a failed compilation: its error)."""
-    name = "torch.compile max-autotune"
+def peer_row(entry: Entry, name: str, record: dict[str, Any] | None) -> list[str]:
+    """The row of the peer `name` on `entry` from its record (none: dashes; a failed compilation: its error)."""
     if record is None:
         return [entry.workload, entry.model, name, "0", "-", "-", "-", "-"]
     if "error" in record:
