@@ -28,7 +28,8 @@ seconds a trial (all processes, from psutil's system-wide counters) and how busy
 them, each trial process's own (Python, imports, NNI's channel, the records), the build worker's
 (TVM and the CUDA compiler, the linker) and the runner's (loading, verifying, timing; a GPU's wait
 spins a core), measured in those processes; what is left is NNI's manager and tuner, the measuring
-service's threads, and the rest of the host.  --driver also runs the same tuner, budget and
+service's threads, and the rest of the host.  Device columns: the share of the span a GPU's lock was
+held (verify and time), and the mean seconds it stood free between two trials (means over the GPUs).  --driver also runs the same tuner, budget and
 concurrency through the benchmark driver (no NNI manager, no trial processes) on all the GPUs given
 last, for the rate NNI should approach.  --runner measures through TVM's RPC tracker instead (its servers'
 GPUs; `auto` concurrency counts them).
@@ -79,6 +80,23 @@ def host_cpu(samples: list[tuple[float, float]], start: float, end: float) -> fl
     return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
 
 
+def device_use(spans: list[tuple[Any, float, float]], start: float, end: float) -> tuple[float | None, float | None]:
+    """From (device, held, released) of each trial's hold of its device's lock: the share of [start, end]
+    a device's lock was held, and the mean seconds a device's lock stood free between two trials (means
+    over the devices)."""
+    by_device: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+    for dev, held, released in spans:
+        by_device[dev].append((held, released))
+    if not by_device or end <= start:
+        return None, None
+    shares, gaps = [], []
+    for holds in by_device.values():
+        holds.sort()
+        shares.append(sum(r - h for h, r in holds) / (end - start))
+        gaps += [max(0.0, h2 - r1) for (_, r1), (h2, _) in zip(holds, holds[1:])]
+    return statistics.fmean(shares), _mean(gaps)
+
+
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
@@ -109,6 +127,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
     hops: dict[str, list[float]] = defaultdict(list)
     stages: dict[str, list[float]] = defaultdict(list)
     cpu: dict[str, list[float]] = defaultdict(list)
+    holds: list[tuple[Any, float, float]] = []
     lifetimes = []
     for trial in by_pid.values():
         try:
@@ -133,6 +152,9 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
             hops["to tuner"].append(tuner_result[pid] - reported["t"])
         for stage, seconds in measured.get("stages", {}).items():
             stages[stage].append(seconds)
+        lock = measured.get("device_s", {})
+        if "held" in lock and "released" in lock:
+            holds.append((measured.get("device"), lock["held"], lock["released"]))
         own = trial.get("trial_done", {}).get("cpu_s")
         for part, seconds in [*measured.get("cpu_s", {}).items(), ("trial process", own)]:
             if seconds is not None:
@@ -143,6 +165,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
         busy = sum(e - s for s, e in lifetimes)
         out.update(span_s=last - first, first_start=first, last_end=last)
         hops["slot idle"] = [max(0.0, concurrency * (last - first) - busy) / len(lifetimes)]
+        out["device_held"], out["lock_free_s"] = device_use(holds, first, last)
     out["hops"] = {hop: _mean(hops[hop]) for hop in HOPS}
     out["stages"] = {stage: _mean(values) for stage, values in stages.items()}
     out["cpu_s"] = {part: _mean(values) for part, values in cpu.items()}
@@ -196,14 +219,17 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     header = ["GPUs", "trialConcurrency", "trials", "ok", "trials/s", "incl. start", "start s", *HOPS,
-              *(f"of measure: {s}" for s in SHOWN_STAGES), "host CPU s a trial", "cores busy",
+              *(f"of measure: {s}" for s in SHOWN_STAGES), "device lock held", "lock free between trials s",
+              "host CPU s a trial", "cores busy",
               *(f"CPU s: {p}" for p in CPU_PARTS)]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * 3 + " ---: |" * (len(header) - 3)]
     for r in rows:
         lines.append("| " + " | ".join([
             r["gpus"], str(r["concurrency"]), str(r["measured"]), str(r["ok"]), _cell(r["trials_per_s"]),
             _cell(r["trials_per_s_with_start"]), _cell(r["start_s"], 1), *(_cell(r["hops"][h]) for h in HOPS),
-            *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES), _cell(r.get("host_cpu_s")),
+            *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES),
+            "-" if r.get("device_held") is None else f"{r['device_held']:.0%}", _cell(r.get("lock_free_s"), 3),
+            _cell(r.get("host_cpu_s")),
             "-" if r.get("host_busy") is None else f"{r['host_busy']:.0%} of {r['cores']}",
             *(_cell(r.get("cpu_s", {}).get(p)) for p in CPU_PARTS)]) + " |")
     return "\n".join(lines)

@@ -18,7 +18,8 @@ def _trial(pid, start, asking, received, measured, reported, parameter_id, job):
             {"event": "trial_asking", "t": asking, "pid": pid},
             {"event": "trial_received", "t": received, "pid": pid, "parameter_id": parameter_id, "trial": job},
             {"event": "trial_measured", "t": measured, "pid": pid, "parameter_id": parameter_id,
-             "stages": {"build": 1.0, "run": 0.25}, "cpu_s": {"build": 0.9, "run": 0.1 * pid - 0.8}},
+             "stages": {"build": 1.0, "run": 0.25}, "cpu_s": {"build": 0.9, "run": 0.1 * pid - 0.8},
+             "device": 0, "device_s": {"held": measured - 0.3, "released": measured - 0.05}},
             {"event": "trial_reported", "t": reported, "pid": pid, "parameter_id": parameter_id},
             {"event": "trial_done", "t": reported + 0.01, "pid": pid, "cpu_s": 0.5}]
 
@@ -43,6 +44,14 @@ def test_hops_are_joined_by_what_each_trial_received():
     assert pace["trials"] == 2 and pace["span_s"] == pytest.approx(4.7)
     assert pace["stages"] == {"build": 1.0, "run": 0.25}
     assert pace["cpu_s"] == pytest.approx({"build": 0.9, "run": 0.25, "trial process": 0.5})  # run: 0.2 and 0.3
+    # the lock held 1.6-1.85 and 4.5-4.75 of the span 0.4-5.1; free 4.5 - 1.85 between the two
+    assert (pace["device_held"], pace["lock_free_s"]) == pytest.approx((0.5 / 4.7, 2.65))
+
+
+def test_device_use_is_a_share_of_the_span_and_the_gaps_between_holds_per_device():
+    spans = [(0, 0.0, 1.0), (0, 1.5, 2.0), (1, 0.0, 2.0), (0, 1.0, 1.25)]  # device 0: 1.75 s held, free 0 and 0.25
+    assert nnipace.device_use(spans, 0.0, 2.0) == pytest.approx(((1.75 / 2 + 1.0) / 2, 0.125))
+    assert nnipace.device_use([], 0.0, 2.0) == (None, None)
 
 
 def test_host_cpu_is_the_busy_rate_between_the_samples_inside_the_span():

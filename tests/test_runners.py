@@ -59,11 +59,13 @@ def test_the_cpu_and_each_rpc_server_have_one_runner(monkeypatch):
     assert pools.runners_per_device(H100S, "rpc://127.0.0.1:9190/h100") == 1  # a server serves one session
 
 
-def test_a_measurement_says_the_cpu_seconds_of_its_build_and_its_run(private_service):
+def test_a_measurement_says_the_cpu_seconds_of_its_build_and_run_and_when_it_held_the_device(private_service):
     result = measure(parse("mm", "N16K16M16"), None, Options(target="llvm", min_repeat_ms=1))
     assert result.status == "ok", result.reason
     cpu = result.extra["cpu_s"]
     assert set(cpu) == {"build", "run"} and 0 < cpu["run"] and 0 < cpu["build"] < result.build_s * 8
+    lock = result.extra["device_s"]  # when the runner took and gave back the device's lock
+    assert lock["held"] < lock["released"] < lock["held"] + result.extra["stages"]["run"] + 1
 
 
 def test_the_trial_and_the_workers_load_numpy_with_one_blas_thread(monkeypatch):

@@ -5,8 +5,9 @@ device: it checks the knobs against the device's limits as the service last foun
 target.save), which rejects most of a factor space in microseconds, and sends the rest to this
 machine's measuring service (trial/service/), whose warm build workers and device runners do the
 work.  A configuration that fails is a result like any other (`Status`); where the time of a
-measurement went is kept in `MeasureResult.extra["stages"]` (results.STAGES), and the CPU seconds
-of its build and run in `extra["cpu_s"]`.  The nnictl trial and
+measurement went is kept in `MeasureResult.extra["stages"]` (results.STAGES), the CPU seconds
+of its build and run in `extra["cpu_s"]`, and when it took and gave back the device's lock in
+`extra["device_s"]` (`time.time()`).  The nnictl trial and
 the benchmarks share this one path.
 """
 from __future__ import annotations
@@ -78,7 +79,8 @@ def _request(wl: Workload, params: dict[str, Any] | None, options: Options, **wh
     marks = {"start": start, **answer.pop("marks", {}), "end": time.time()}
     extra = answer.pop("extra", {})
     cpu = {stage: s for stage, s in answer.pop("cpu_s", {}).items() if s is not None}
-    return MeasureResult(**answer, extra={**extra, "stages": _stages(marks), "cpu_s": cpu})
+    held = {m: marks[m] for m in ("held", "released") if m in marks}
+    return MeasureResult(**answer, extra={**extra, "stages": _stages(marks), "cpu_s": cpu, "device_s": held})
 
 
 def measure(wl: Workload, params: dict[str, Any] | None, options: Options = Options(),

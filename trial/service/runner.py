@@ -97,8 +97,8 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
     """Verify (as a kernel computing by `algorithm`, verify.ALGORITHMS) and time the library at `path` on
     device `index` (through `runner`): a measurement's status and figures.
 
-    Reports "held" once the device's lock is held (an RPC server serves one session at a time: there
-    the session is the lock); {"replace": True} asks for a fresh runner.  A local library is loaded
+    Reports "held" once the device's lock is held and "released" once it is not (an RPC server serves one
+    session at a time: there the session is the lock); {"replace": True} asks for a fresh runner.  A local library is loaded
     before the lock (host work: the device's module loads at the first call); "cpu_s" is this call's
     CPU seconds.
     """
@@ -111,6 +111,7 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
         return {"status": Status.RUNTIME_ERROR, "reason": f"could not load the library: {error_reason(err)}"}
     lock = devicelock.hold(tgt.kind, index, tgt.num_devices) if runner == LOCAL else nullcontext()
     load = noise.OthersLoad() if runner == LOCAL and not tgt.is_gpu else None  # a host's load disturbs its CPU
+    failed = None
     with lock:
         report("held", index)
         try:
@@ -118,11 +119,14 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
                     load or nullcontext():
                 timing = run.run(kernel, dev, reference, repeat, min_repeat_ms, args, algorithm)
         except run.WrongResult as err:
-            return {"status": Status.WRONG_RESULT, "reason": str(err), "cpu_s": cpu_seconds() - cpu}
+            failed = {"status": Status.WRONG_RESULT, "reason": str(err), "cpu_s": cpu_seconds() - cpu}
         except Exception as err:  # a launch failure, a CUDA error, a lost server: the context may be lost
             where = "" if runner == LOCAL else f"{runner}: "
             reason = where + error_reason(err) + (_free_memory(tgt, index) if runner == LOCAL else "")
-            return {"status": Status.RUNTIME_ERROR, "reason": reason, "replace": True}
+            failed = {"status": Status.RUNTIME_ERROR, "reason": reason, "replace": True}
+    report("released", index)
+    if failed:
+        return failed
     figures = timing.metrics(reference.wl)
     warning = noise.warning(figures["latency_ms"], figures["latency_std_ms"], load)
     return {"status": Status.OK, **figures, "warning": warning, "cpu_s": cpu_seconds() - cpu}
