@@ -29,10 +29,10 @@ them, each trial process's own (Python, imports, NNI's channel, the records), th
 (TVM and the CUDA compiler, the linker) and the runner's (loading, verifying, timing; a GPU's wait
 spins a core), measured in those processes; what is left is NNI's manager and tuner, the measuring
 service's threads, and the rest of the host.  Device columns: the share of the span a GPU's lock was
-held (verify and time), and the mean seconds it stood free between two trials (means over the GPUs).  --driver also runs the same tuner, budget and
-concurrency through the benchmark driver (no NNI manager, no trial processes) on all the GPUs given
-last, for the rate NNI should approach.  --runner measures through TVM's RPC tracker instead (its servers'
-GPUs; `auto` concurrency counts them).
+held (verify and time), and the mean seconds it stood free between two trials (means over the GPUs).
+--driver also runs the same tuner, budget and concurrency through the benchmark driver (no NNI
+manager, no trial processes) on all the GPUs given last, for the rate NNI should approach.  --runner
+measures through TVM's RPC tracker instead (its servers' GPUs; `auto` concurrency counts them).
 """
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experim
 the vendor library timed beside it (`benchmarks.protocol_run`).  Then, alone, the peer on each workload:
 `torch.compile` in its max-autotune mode of the vendor's call, the vendor timed beside it (--no-peer: none).
 Each run's record is a JSON file under --out (default results/protocol); a run whose file is there is
-not run again, so a killed protocol resumes where it stopped.  Then a markdown table per workload set is printed after a header with the command,
-device and versions (`benchmarks.protocol_report`), and written to OUT/summary.md.
+not run again, so a killed protocol resumes where it stopped.  Then a markdown table per workload set
+is printed after a header with the command, device and versions (`benchmarks.protocol_report`), and
+written to OUT/summary.md.
 
 --quick: the first study and held-out workloads, OpEvo only, 1 seed, 64 trials (one short GPU session);
 flags given with it still win.  --workloads replaces the sets by the given op/spec names.

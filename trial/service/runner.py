@@ -98,9 +98,9 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
     device `index` (through `runner`): a measurement's status and figures.
 
     Reports "held" once the device's lock is held and "released" once it is not (an RPC server serves one
-    session at a time: there the session is the lock); {"replace": True} asks for a fresh runner.  A local library is loaded
-    before the lock (host work: the device's module loads at the first call); "cpu_s" is this call's
-    CPU seconds.
+    session at a time: there the session is the lock); {"replace": True} asks for a fresh runner.  A
+    local library is loaded before the lock (host work: the device's module loads at the first call);
+    "cpu_s" is this call's CPU seconds.
     """
     cpu = cpu_seconds()
     tgt = Target.from_description(target)
