@@ -82,3 +82,24 @@ def test_torch_compile_at_the_peers_mode_compiles_the_library_call_whole():
     _, call = library.library_call(wl, torch, "cpu")
     compiled = torch.compile(call, mode=COMPILE_MODE, fullgraph=True, dynamic=False)
     assert library.check(wl, compiled()) is None
+
+
+def test_the_operands_and_the_check_share_one_reference(monkeypatch):
+    """The seeded inputs (316 MB for the study's 11x11 convolution) and the float64 reference are made once
+    for a library call's operands and the check of its output."""
+    import torch
+
+    from trial import verify
+
+    made, real = [], verify.make_inputs
+
+    def counted(wl, seed=0):
+        made.append(wl)
+        return real(wl, seed)
+
+    monkeypatch.setattr(verify, "make_inputs", counted)
+    monkeypatch.setattr(library, "make_inputs", counted, raising=False)  # wherever the vendor takes them from
+    library.reference_of.cache_clear()
+    wl = parse_name("mm/N16K24M8")
+    _, call = library.library_call(wl, torch, "cpu")
+    assert library.check(wl, call()) is None and made == [wl]

@@ -10,6 +10,7 @@ repeat settings: the benchmarks and `make tune`'s summary (experiments/summary.p
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Any
 
 from . import devicelock, winograd
 from .measure import Options
-from .verify import Reference, make_inputs
+from .verify import Reference
 from .workload import Workload
 
 GRAPH_CALLS = 100
@@ -133,7 +134,7 @@ def check(wl: Workload, output: Any) -> str | None:
     cuDNN may compute by Winograd's transforms (stride 1, a kernel trial/winograd.py has a tile for) passes
     with their rounding too, as the suite's Winograd kernels do."""
     got = (output.float() if output.is_floating_point() else output).cpu().numpy()
-    reference = Reference.of(wl)
+    reference = reference_of(wl)
     wrong = reference.check(got)
     if wrong and wl.op == "conv" and wl.dims["ST"] == 1 and wl.dims["K"] in winograd.TILE:
         return reference.check(got, "winograd") and wrong
@@ -152,12 +153,20 @@ def _elapsed_ms(torch: Any, run: Callable[[], Any], times: int = 1) -> float:
     return start.elapsed_time(end) / times
 
 
+@functools.lru_cache(maxsize=1)
+def reference_of(wl: Workload) -> Reference:
+    """`wl`'s seeded inputs and float64 reference, made once for the operands and the check of a call (the
+    study's 11x11 convolution's inputs are 316 MB)."""
+    return Reference.of(wl)
+
+
 def operands(wl: Workload, torch: Any, device: str = "cuda") -> list[Any]:
-    """`wl`'s inputs as the suite's kernels get them (verify.make_inputs, seeded), as torch tensors on
-    `device` in `wl`'s type and stored layout: the reference knows what the library's output must be."""
+    """`wl`'s inputs as the suite's kernels get them (`reference_of`: verify.make_inputs, seeded), as torch
+    tensors on `device` in `wl`'s type and stored layout: the reference knows what the library's output
+    must be."""
     e = wl.element
     found = []
-    for x in make_inputs(wl):
+    for x in reference_of(wl).inputs:
         t = torch.from_numpy(x if e.is_integer else x.astype("float32")).to(device)
         found.append(t if e.is_integer else t.to(getattr(torch, e.name)))
     return found
