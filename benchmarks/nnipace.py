@@ -23,13 +23,16 @@ of each trial job, they give the mean seconds of each hop of a trial:
                 the trials' lifetimes, over the trials
 
 `trials/s` counts trials from the first trial's start to the last one's end; `incl. start` from
-`nnictl create` (NNI's own start-up included).  CPU columns, over the same span: the host's CPU
+`nnictl create` (NNI's own start-up included); `steady trials/s` between the trials that ended a
+tenth and nine tenths of the way (benchmarks/spanstats.py: the experiment's ends left out, which weigh
+more the more GPUs share its trials).  CPU columns, over the same span: the host's CPU
 seconds a trial (all processes, from psutil's system-wide counters) and how busy its cores were; of
 them, each trial process's own (Python, imports, NNI's channel, the records), the build worker's
 (TVM and the CUDA compiler, the linker) and the runner's (loading, verifying, timing; a GPU's wait
 spins a core), measured in those processes; what is left is NNI's manager and tuner, the measuring
 service's threads, and the rest of the host.  Device columns: the share of the span a GPU's lock was
-held (verify and time), and the mean seconds it stood free between two trials (means over the GPUs).
+held (verify and time), the mean seconds it stood free between two trials, and the seconds of the
+span before its first trial and after its last (means over the GPUs).
 --driver also runs the same tuner, budget and concurrency through the benchmark driver (no NNI
 manager, no trial processes) on all the GPUs given last, for the rate NNI should approach.  --runner
 measures through TVM's RPC tracker instead (its servers' GPUs; `auto` concurrency counts them).
@@ -57,44 +60,11 @@ from trial.results import Status
 from trial.workload import parse_name
 
 from .experiments import nnictl_experiment, write_folder
+from .spanstats import device_use, host_busy_s, host_cpu, steady_rate
 
 HOPS = ("tuner holds", "to process", "imports", "parameters", "measure", "report", "exit", "to tuner", "slot idle")
 SHOWN_STAGES = ("build", "lock_wait", "run")
 CPU_PARTS = ("trial process", "build", "run")
-
-
-def host_busy_s() -> float:
-    """CPU seconds all cores of this host have spent busy since boot (not idle, not waiting for I/O)."""
-    import psutil
-
-    t = psutil.cpu_times()
-    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
-
-
-def host_cpu(samples: list[tuple[float, float]], start: float, end: float) -> float | None:
-    """Busy core-seconds a second over [start, end] from (time, `host_busy_s`) samples: the rate between
-    the first sample at or after `start` and the last at or before `end` (None where fewer than two)."""
-    inside = [(t, busy) for t, busy in samples if start <= t <= end]
-    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
-        return None
-    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
-
-
-def device_use(spans: list[tuple[Any, float, float]], start: float, end: float) -> tuple[float | None, float | None]:
-    """From (device, held, released) of each trial's hold of its device's lock: the share of [start, end]
-    a device's lock was held, and the mean seconds a device's lock stood free between two trials (means
-    over the devices)."""
-    by_device: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-    for dev, held, released in spans:
-        by_device[dev].append((held, released))
-    if not by_device or end <= start:
-        return None, None
-    shares, gaps = [], []
-    for holds in by_device.values():
-        holds.sort()
-        shares.append(sum(r - h for h, r in holds) / (end - start))
-        gaps += [max(0.0, h2 - r1) for (_, r1), (h2, _) in zip(holds, holds[1:])]
-    return statistics.fmean(shares), _mean(gaps)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -165,7 +135,9 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
         busy = sum(e - s for s, e in lifetimes)
         out.update(span_s=last - first, first_start=first, last_end=last)
         hops["slot idle"] = [max(0.0, concurrency * (last - first) - busy) / len(lifetimes)]
-        out["device_held"], out["lock_free_s"] = device_use(holds, first, last)
+        use = device_use(holds, first, last)
+        out.update(device_held=use["held"], lock_free_s=use["free_s"], device_ends_s=use["ends_s"],
+                   steady_trials_per_s=steady_rate([e for _, e in lifetimes]))
     out["hops"] = {hop: _mean(hops[hop]) for hop in HOPS}
     out["stages"] = {stage: _mean(values) for stage, values in stages.items()}
     out["cpu_s"] = {part: _mean(values) for part, values in cpu.items()}
@@ -219,7 +191,8 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     header = ["GPUs", "trialConcurrency", "trials", "ok", "trials/s", "incl. start", "start s", *HOPS,
-              *(f"of measure: {s}" for s in SHOWN_STAGES), "device lock held", "lock free between trials s",
+              "steady trials/s", *(f"of measure: {s}" for s in SHOWN_STAGES), "device lock held",
+              "lock free between trials s", "GPU before first and after last trial s",
               "host CPU s a trial", "cores busy",
               *(f"CPU s: {p}" for p in CPU_PARTS)]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * 3 + " ---: |" * (len(header) - 3)]
@@ -227,8 +200,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join([
             r["gpus"], str(r["concurrency"]), str(r["measured"]), str(r["ok"]), _cell(r["trials_per_s"]),
             _cell(r["trials_per_s_with_start"]), _cell(r["start_s"], 1), *(_cell(r["hops"][h]) for h in HOPS),
-            *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES),
+            _cell(r.get("steady_trials_per_s")), *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES),
             "-" if r.get("device_held") is None else f"{r['device_held']:.0%}", _cell(r.get("lock_free_s"), 3),
+            _cell(r.get("device_ends_s"), 1),
             _cell(r.get("host_cpu_s")),
             "-" if r.get("host_busy") is None else f"{r['host_busy']:.0%} of {r['cores']}",
             *(_cell(r.get("cpu_s", {}).get(p)) for p in CPU_PARTS)]) + " |")

@@ -44,21 +44,10 @@ def test_hops_are_joined_by_what_each_trial_received():
     assert pace["trials"] == 2 and pace["span_s"] == pytest.approx(4.7)
     assert pace["stages"] == {"build": 1.0, "run": 0.25}
     assert pace["cpu_s"] == pytest.approx({"build": 0.9, "run": 0.25, "trial process": 0.5})  # run: 0.2 and 0.3
-    # the lock held 1.6-1.85 and 4.5-4.75 of the span 0.4-5.1; free 4.5 - 1.85 between the two
+    # the lock held 1.6-1.85 and 4.5-4.75 of the span 0.4-5.1; free 4.5 - 1.85 between the two; before the
+    # first hold 1.6 - 0.4, after the last 5.1 - 4.75; two trials are too few for a steady rate
     assert (pace["device_held"], pace["lock_free_s"]) == pytest.approx((0.5 / 4.7, 2.65))
-
-
-def test_device_use_is_a_share_of_the_span_and_the_gaps_between_holds_per_device():
-    spans = [(0, 0.0, 1.0), (0, 1.5, 2.0), (1, 0.0, 2.0), (0, 1.0, 1.25)]  # device 0: 1.75 s held, free 0 and 0.25
-    assert nnipace.device_use(spans, 0.0, 2.0) == pytest.approx(((1.75 / 2 + 1.0) / 2, 0.125))
-    assert nnipace.device_use([], 0.0, 2.0) == (None, None)
-
-
-def test_host_cpu_is_the_busy_rate_between_the_samples_inside_the_span():
-    samples = [(0.0, 0.0), (1.0, 100.0), (3.0, 120.0), (5.0, 160.0), (9.0, 999.0)]
-    assert nnipace.host_cpu(samples, 0.5, 6.0) == pytest.approx(15.0)  # (160 - 100) / (5 - 1)
-    assert nnipace.host_cpu(samples, 2.0, 4.0) is None  # one sample inside: no rate
-    assert nnipace.host_busy_s() > 0
+    assert pace["device_ends_s"] == pytest.approx(1.2 + 0.35) and pace["steady_trials_per_s"] is None
 
 
 def test_a_trial_without_a_full_timeline_is_left_out():
