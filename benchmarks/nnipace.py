@@ -30,9 +30,10 @@ seconds a trial (all processes, from psutil's system-wide counters) and how busy
 them, each trial process's own (Python, imports, NNI's channel, the records), the build worker's
 (TVM and the CUDA compiler, the linker) and the runner's (loading, verifying, timing; a GPU's wait
 spins a core), measured in those processes; what is left is NNI's manager and tuner, the measuring
-service's threads, and the rest of the host.  Device columns: the share of the span a GPU's lock was
-held (verify and time), the mean seconds it stood free between two trials, and the seconds of the
-span before its first trial and after its last (means over the GPUs).
+service's threads, and the rest of the host.  `of run`: the steps of verify-and-time under the lock
+(trial/service/runner.py).  Device columns: the share of the span a GPU's lock was held, the mean
+seconds it stood free between two trials, and the seconds of the span before its first trial and
+after its last (means over the GPUs).
 --driver also runs the same tuner, budget and concurrency through the benchmark driver (no NNI
 manager, no trial processes) on all the GPUs given last, for the rate NNI should approach.  --runner
 measures through TVM's RPC tracker instead (its servers' GPUs; `auto` concurrency counts them).
@@ -65,6 +66,7 @@ from .spanstats import device_use, host_busy_s, host_cpu, steady_rate
 HOPS = ("tuner holds", "to process", "imports", "parameters", "measure", "report", "exit", "to tuner", "slot idle")
 SHOWN_STAGES = ("build", "lock_wait", "run")
 CPU_PARTS = ("trial process", "build", "run")
+RUN_PARTS = ("load", "tensors", "check", "timing")  # trial/service/runner.py's extra["run_s"]
 
 
 def _mean(values: list[float]) -> float | None:
@@ -97,6 +99,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
     hops: dict[str, list[float]] = defaultdict(list)
     stages: dict[str, list[float]] = defaultdict(list)
     cpu: dict[str, list[float]] = defaultdict(list)
+    run_parts: dict[str, list[float]] = defaultdict(list)
     holds: list[tuple[Any, float, float]] = []
     lifetimes = []
     for trial in by_pid.values():
@@ -122,6 +125,8 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
             hops["to tuner"].append(tuner_result[pid] - reported["t"])
         for stage, seconds in measured.get("stages", {}).items():
             stages[stage].append(seconds)
+        for part, seconds in measured.get("run_s", {}).items():
+            run_parts[part].append(seconds)
         lock = measured.get("device_s", {})
         if "held" in lock and "released" in lock:
             holds.append((measured.get("device"), lock["held"], lock["released"]))
@@ -141,6 +146,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
     out["hops"] = {hop: _mean(hops[hop]) for hop in HOPS}
     out["stages"] = {stage: _mean(values) for stage, values in stages.items()}
     out["cpu_s"] = {part: _mean(values) for part, values in cpu.items()}
+    out["run_s"] = {part: _mean(values) for part, values in run_parts.items()}
     return out
 
 
@@ -191,7 +197,8 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     header = ["GPUs", "trialConcurrency", "trials", "ok", "trials/s", "incl. start", "start s", *HOPS,
-              "steady trials/s", *(f"of measure: {s}" for s in SHOWN_STAGES), "device lock held",
+              "steady trials/s", *(f"of measure: {s}" for s in SHOWN_STAGES),
+              *(f"of run: {p}" for p in RUN_PARTS), "device lock held",
               "lock free between trials s", "GPU before first and after last trial s",
               "host CPU s a trial", "cores busy",
               *(f"CPU s: {p}" for p in CPU_PARTS)]
@@ -201,6 +208,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             r["gpus"], str(r["concurrency"]), str(r["measured"]), str(r["ok"]), _cell(r["trials_per_s"]),
             _cell(r["trials_per_s_with_start"]), _cell(r["start_s"], 1), *(_cell(r["hops"][h]) for h in HOPS),
             _cell(r.get("steady_trials_per_s")), *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES),
+            *(_cell(r.get("run_s", {}).get(p), 3) for p in RUN_PARTS),
             "-" if r.get("device_held") is None else f"{r['device_held']:.0%}", _cell(r.get("lock_free_s"), 3),
             _cell(r.get("device_ends_s"), 1),
             _cell(r.get("host_cpu_s")),

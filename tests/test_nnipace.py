@@ -19,7 +19,8 @@ def _trial(pid, start, asking, received, measured, reported, parameter_id, job):
             {"event": "trial_received", "t": received, "pid": pid, "parameter_id": parameter_id, "trial": job},
             {"event": "trial_measured", "t": measured, "pid": pid, "parameter_id": parameter_id,
              "stages": {"build": 1.0, "run": 0.25}, "cpu_s": {"build": 0.9, "run": 0.1 * pid - 0.8},
-             "device": 0, "device_s": {"held": measured - 0.3, "released": measured - 0.05}},
+             "device": 0, "device_s": {"held": measured - 0.3, "released": measured - 0.05},
+             "run_s": {"load": 0.01, "timing": 0.1 * pid - 0.8}},
             {"event": "trial_reported", "t": reported, "pid": pid, "parameter_id": parameter_id},
             {"event": "trial_done", "t": reported + 0.01, "pid": pid, "cpu_s": 0.5}]
 
@@ -44,6 +45,7 @@ def test_hops_are_joined_by_what_each_trial_received():
     assert pace["trials"] == 2 and pace["span_s"] == pytest.approx(4.7)
     assert pace["stages"] == {"build": 1.0, "run": 0.25}
     assert pace["cpu_s"] == pytest.approx({"build": 0.9, "run": 0.25, "trial process": 0.5})  # run: 0.2 and 0.3
+    assert pace["run_s"] == pytest.approx({"load": 0.01, "timing": 0.25})
     # the lock held 1.6-1.85 and 4.5-4.75 of the span 0.4-5.1; free 4.5 - 1.85 between the two; before the
     # first hold 1.6 - 0.4, after the last 5.1 - 4.75; two trials are too few for a steady rate
     assert (pace["device_held"], pace["lock_free_s"]) == pytest.approx((0.5 / 4.7, 2.65))
@@ -100,4 +102,5 @@ def test_nnictl_pace_on_the_cpu(tmp_path, capsys):
     assert row["measured"] == row["ok"] == row["trials"] == 6 and row["nni_status"] == "DONE"
     assert all(row["hops"][hop] is not None and row["hops"][hop] >= 0 for hop in nnipace.HOPS), row["hops"]
     assert row["stages"]["build"] > 0 and 0 < row["trials_per_s_with_start"] < row["trials_per_s"]
+    assert set(row["run_s"]) == set(nnipace.RUN_PARTS) and row["run_s"]["timing"] > 0  # the run's steps, measured
     assert "| all | 2 | 6 | 6 |" in printed

@@ -105,6 +105,7 @@ def test_trials_through_two_servers_are_verified_and_share_them(tracker):
     assert [r.status for r in results] == ["ok"] * len(specs), [r.reason for r in results]
     assert all(r.gflops > 0 and r.target == remote.label for r in results)
     assert {r.device_index for r in results} == {0, 1}  # both servers measured
+    assert all(r.extra["run_s"]["load"] > 0 for r in results)  # each run's upload and load, timed
     wrong = measure(WL, None, options(tracker.runner, template="faulty_templates:Wrong"))
     assert wrong.status == "wrong_result", wrong.reason  # the server's output is checked here
 

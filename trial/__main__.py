@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         report = result.report(parameter_id)
         timeline.mark("trial_measured", parameter_id=parameter_id, stages=result.extra.get("stages", {}),
                       cpu_s=result.extra.get("cpu_s", {}), device=result.device_index,
-                      device_s=result.extra.get("device_s", {}))
+                      device_s=result.extra.get("device_s", {}), run_s=result.extra.get("run_s", {}))
     print(json.dumps(report), flush=True)
     if under_nni:
         try:

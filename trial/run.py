@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,12 +23,14 @@ class Timing:
     std_s: float
     repeats: list[float]
     method: str = "launch"  # "graph": replayed from a CUDA graph (graphs.py); "launch": call by call
+    parts: dict[str, float] = field(default_factory=dict)  # seconds of the run's steps (`run`)
 
     def metrics(self, wl: Workload) -> dict[str, Any]:
         """The figures a measurement reports."""
         return {"gflops": wl.flops / self.median_s / 1e9, "latency_ms": self.median_s * 1e3,
                 "latency_std_ms": self.std_s * 1e3,
-                "extra": {"repeats_ms": [r * 1e3 for r in self.repeats], "timing": self.method}}
+                "extra": {"repeats_ms": [r * 1e3 for r in self.repeats], "timing": self.method,
+                          "run_s": self.parts}}
 
 
 def _unwritten(dtype: str) -> float | int:
@@ -50,16 +53,27 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
     library loaded with `tvm.runtime.load_module`.  The reference is computed beforehand, so that the
     device lock is held for device work only.  `args`: the reference's inputs already on `dev` (an RPC
     server keeps them), else they are copied there now.  `algorithm`: how the kernel computes, which
-    sets how closely its output must match (`verify.Reference.tolerance_of`).
+    sets how closely its output must match (`verify.Reference.tolerance_of`).  `Timing.parts`: the seconds
+    of its steps: "tensors" (inputs and output on the device), "check" (the first call and the output's
+    check) and "timing" (the repeats, with what sizes them).
     """
     wl = reference.wl
+    clock = [time.perf_counter()]
+    parts: dict[str, float] = {}
+
+    def done(part: str) -> None:
+        clock.append(time.perf_counter())
+        parts[part] = clock[-1] - clock[-2]
+
     args = args or [tvm.runtime.tensor(x, dev) for x in reference.inputs]
     out = tvm.runtime.tensor(np.full(wl.output_shape, _unwritten(wl.out_dtype), dtype=wl.out_dtype), dev)
+    done("tensors")
     mod["main"](*args, out)
     dev.sync()
     problem = reference.check(out.numpy(), algorithm)
     if problem:
         raise WrongResult(problem)
+    done("check")
     # TVM's timer finds how many calls fill `min_repeat_ms` by growing its count within the first repeat,
     # and by 1.6x whenever a repeat falls short; a few single calls (plus a margin) estimate it for less
     # of the device's time
@@ -69,11 +83,13 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
         kernel = mod["main"]
         try:
             repeats = graphs.time_calls(lambda: kernel(*args, out), dev, repeat, min_repeat_ms, single)
-            return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats, "graph")
+            done("timing")
+            return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats, "graph", parts)
         except graphs.GraphError as err:
             method = f"launch (no graph: {err})"
     number = max(1, math.ceil(1.1 * min_repeat_ms / 1e3 / max(single, 1e-9)))
     timer = mod.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     result = timer(*args, out)
     repeats = [float(r) for r in result.results]
-    return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats, method)
+    done("timing")
+    return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats, method, parts)

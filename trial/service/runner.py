@@ -10,6 +10,7 @@ how far it can be trusted (its `warning`, trial/noise.py).
 """
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -100,7 +101,8 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
     Reports "held" once the device's lock is held and "released" once it is not (an RPC server serves one
     session at a time: there the session is the lock); {"replace": True} asks for a fresh runner.  A
     local library is loaded before the lock (host work: the device's module loads at the first call);
-    "cpu_s" is this call's CPU seconds.
+    "cpu_s" is this call's CPU seconds; extra["run_s"] the seconds of its steps under the lock: "load"
+    (through RPC: the library's upload and load, the inputs' copies) and those of `run.run`.
     """
     cpu = cpu_seconds()
     tgt = Target.from_description(target)
@@ -114,9 +116,11 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
     failed = None
     with lock:
         report("held", index)
+        held = time.perf_counter()
         try:
             with _loaded(mod, path, tgt, index, runner, (f"{op}/{spec}", seed), reference) as (kernel, dev, args), \
                     load or nullcontext():
+                loaded_s = time.perf_counter() - held
                 timing = run.run(kernel, dev, reference, repeat, min_repeat_ms, args, algorithm)
         except run.WrongResult as err:
             failed = {"status": Status.WRONG_RESULT, "reason": str(err), "cpu_s": cpu_seconds() - cpu}
@@ -128,5 +132,6 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
     if failed:
         return failed
     figures = timing.metrics(reference.wl)
+    figures["extra"]["run_s"] = {"load": loaded_s, **timing.parts}
     warning = noise.warning(figures["latency_ms"], figures["latency_std_ms"], load)
     return {"status": Status.OK, **figures, "warning": warning, "cpu_s": cpu_seconds() - cpu}
