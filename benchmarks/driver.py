@@ -152,6 +152,7 @@ class Run:
     workers: int = 1  # trials measured at once (the trial concurrency; MetaSchedule: 1)
     ended: str = ""  # "budget", or "no more trials" when the tuner ran out first
     final: MeasureResult | None = None  # MetaSchedule: its best schedule timed through the suite's run path
+    finalists: list[MeasureResult] = field(default_factory=list)  # MetaSchedule: its top schedules, each timed so
     experiment: str | None = None  # the records' experiment name
 
     @cached_property

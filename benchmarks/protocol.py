@@ -1,13 +1,16 @@
 """The benchmark protocol: frozen tuners on the study's and held-out workloads, several seeds, medians with CIs.
 
-    python -m benchmarks.protocol [--quick] [--set study|held-out|all] [--tuners opevo gbfs na2c random]
+    python -m benchmarks.protocol [--quick] [--set study|held-out|all] [--tuners opevo gbfs na2c random metaschedule]
         [--seeds 5] [--trials 128] [--workers auto|N] [--parallel P] [--target auto|cuda|rocm|llvm] [--out DIR]
         [--workloads op/spec ...]
 
 Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experiments' classArgs
 (`experiments.registry`, no variants: the settings are frozen), its 3 best distinct configs re-timed and
-the vendor library timed beside it (`benchmarks.protocol_run`).  Then, alone, the peer on each workload:
-`torch.compile` in its max-autotune mode of the vendor's call, the vendor timed beside it (--no-peer: none).
+the vendor library timed beside it (`benchmarks.protocol_run`).  MetaSchedule's runs (`metaschedule`, or a
+label with its search's arguments, `benchmarks.metaschedule`) come after the others, one at a time, so
+that its search, cost model and builder have the host's cores and its candidates every GPU to themselves.
+Then, alone, the peer on each workload: `torch.compile` in its max-autotune mode of the vendor's call, the
+vendor timed beside it (--no-peer: none).
 Each run's record is a JSON file under --out (default results/protocol); a run whose file is there is
 not run again, so a killed protocol resumes where it stopped.  Then a markdown table per workload set
 is printed after a header with the command, device and versions (`benchmarks.protocol_report`), and
@@ -43,13 +46,13 @@ from trial.target import KINDS, TargetError
 from trial.service.client import ROOT, ServiceError
 from trial.workload import SpecError, parse_name
 
-from . import driver, protocol_publish, protocol_report, protocol_run, workloads
+from . import driver, metaschedule, protocol_publish, protocol_report, protocol_run, workloads
 from .workloads import Entry
 
 _logger = logging.getLogger(__name__)
 
 PAGE = ROOT / "docs" / "results.md"
-DEFAULTS = {"tuners": ["opevo", "gbfs", "na2c", "random"], "seeds": 5, "trials": 128}
+DEFAULTS = {"tuners": ["opevo", "gbfs", "na2c", "random", metaschedule.NAME], "seeds": 5, "trials": 128}
 QUICK = {"tuners": ["opevo"], "seeds": 1, "trials": 64}
 
 
@@ -61,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", default="all", help="study, held-out or all (default all)")
     p.add_argument("--workloads", nargs="+", metavar="OP/SPEC", help="run these workloads instead of the sets")
     p.add_argument("--tuners", nargs="+", metavar="TUNER",
-                   help=f"of {', '.join(driver.TUNERS)} (default {' '.join(DEFAULTS['tuners'])})")
+                   help=f"of {', '.join(driver.TUNERS)}, {metaschedule.NAME}[ARGS] "
+                        f"(default {' '.join(DEFAULTS['tuners'])})")
     p.add_argument("--seeds", type=number_type(int, 1, 1000), help=f"seeds 0..S-1 per tuner (default {DEFAULTS['seeds']})")
     p.add_argument("--trials", type=number_type(int, 1, 100_000), help=f"trials per run (default {DEFAULTS['trials']})")
     p.add_argument("--workers", type=concurrency_arg, default="auto",
@@ -98,9 +102,12 @@ def resolve(args: argparse.Namespace) -> None:
         if getattr(args, key) is None:
             setattr(args, key, value)
     for tuner in args.tuners:
-        if tuner not in driver.TUNERS:
-            raise ValueError(f"unknown tuner {tuner!r}: expected one of {', '.join(driver.TUNERS)} (the protocol "
-                             "runs the experiments' frozen settings, so no variants)")
+        if metaschedule.is_label(tuner):
+            metaschedule.strategy(tuner)  # its search's arguments (ValueError for one it does not have)
+        elif tuner not in driver.TUNERS:
+            raise ValueError(f"unknown tuner {tuner!r}: expected one of {', '.join(driver.TUNERS)} or "
+                             f"{metaschedule.NAME}[ARGS] (the protocol runs the experiments' frozen settings, so "
+                             "no variants of the suite's tuners)")
     args.tuners = list(dict.fromkeys(args.tuners))
 
 
@@ -128,24 +135,24 @@ Job = tuple[Entry, str, int]
 
 
 def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, records: Records,
-                failed: list[str]) -> int:
-    """Run and save every job without a record, `args.parallel` at a time; returns how many ran.  A run that
+                failed: list[str], parallel: int) -> int:
+    """Run and save every job without a record, `parallel` at a time; returns how many ran.  A run that
     raises is logged and named in `failed`, and left out (it runs again next time)."""
     def one(job: Job) -> int:
         entry, tuner, seed = job
         wl = parse_name(entry.workload)
         try:
             record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options, records,
-                                      not args.no_progress and args.parallel == 1)
+                                      not args.no_progress and parallel == 1)
         except Exception as err:  # noqa: BLE001 - one broken run must not end the protocol
             _logger.exception("%s %s seed %d failed", wl.name, tuner, seed)
             failed.append(f"{wl.name} {tuner} seed {seed}: {type(err).__name__}: {err}")
             return 0
-        protocol_run.save(_path(job, args), {**record, "parallel": args.parallel})
+        protocol_run.save(_path(job, args), {**record, "parallel": parallel})
         return 1
 
     missing = [job for job in jobs if protocol_run.load(_path(job, args)) is None]
-    with ThreadPoolExecutor(args.parallel, thread_name_prefix="run") as pool:
+    with ThreadPoolExecutor(parallel, thread_name_prefix="run") as pool:
         return sum(pool.map(one, missing))
 
 
@@ -195,8 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("nni").setLevel(logging.WARNING)
     options = Options(target=args.target, min_repeat_ms=args.min_repeat_ms)
     failed: list[str] = []
-    ran = run_missing([(entry, tuner, seed) for entries in sets.values() for entry in entries
-                       for tuner in args.tuners for seed in range(args.seeds)], args, options, records, failed)
+    jobs = [(entry, tuner, seed) for entries in sets.values() for entry in entries
+            for tuner in args.tuners for seed in range(args.seeds)]
+    alone = [job for job in jobs if metaschedule.is_label(job[1])]
+    ran = run_missing([job for job in jobs if job not in alone], args, options, records, failed, args.parallel)
+    ran += run_missing(alone, args, options, records, failed, 1)
     if not args.no_peer:
         ran += peers_missing([entry for entries in sets.values() for entry in entries], args, options, failed)
     tables, seen, plotted = [], [], {}

@@ -2,7 +2,8 @@
 
 A tuner's best trial is the luckiest of many timings, so the protocol re-measures each run's RETIMED best
 distinct `ok` configurations through the same measure path and options, and takes the best of those as the
-run's result.  The vendor library (cuBLAS/cuDNN through PyTorch, `trial.vendor.baseline`) is timed right
+run's result.  MetaSchedule (`benchmarks.metaschedule`) searches its own space instead of the suite's
+knobs: its RETIMED fastest schedules are compiled and timed the same way.  The vendor library (cuBLAS/cuDNN through PyTorch, `trial.vendor.baseline`) is timed right
 after the run, so that each run's ratio compares kernels timed minutes apart on the same device.
 
 A run's record is one JSON file (`path`), written whole under a temporary name and renamed (`save`), so
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 from dataclasses import asdict
@@ -25,7 +27,8 @@ from trial.results import MeasureResult, Status
 from trial.vendor import baseline
 from trial.workload import Workload
 
-from . import driver
+from . import driver, metaschedule
+from .metaschedule_child import TRIALS_PER_ITER
 from .stats import time_to_fraction
 
 PEER = "torch.compile max-autotune"
@@ -38,8 +41,10 @@ FRACTION = 0.95
 
 
 def path(out: Path, wl: Workload, tuner: str, seed: int, trials: int, workers: int) -> Path:
-    """Where the record of one run lives: one folder per workload, the budget and seed in the name."""
-    return out / wl.op / wl.key.split("/", 1)[1] / f"{tuner}-t{trials}-w{workers}-s{seed}.json"
+    """Where the record of one run lives: one folder per workload, the budget and seed in the name (a label's
+    arguments, `metaschedule[a=1]`, spelled with plain characters)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", tuner).strip("_")
+    return out / wl.op / wl.key.split("/", 1)[1] / f"{name}-t{trials}-w{workers}-s{seed}.json"
 
 
 def peer_path(out: Path, wl: Workload) -> Path:
@@ -98,16 +103,31 @@ def best_distinct(run: driver.Run, count: int = RETIMED) -> list[MeasureResult]:
     return list(seen.values())
 
 
-def _retimed(wl: Workload, found: MeasureResult, options: Options) -> dict[str, Any]:
-    again = measure(wl, found.params, options)
-    return {"params": found.params, "search_gflops": found.gflops, "status": str(again.status),
-            "gflops": again.gflops if again.status == Status.OK else 0.0, "latency_ms": again.latency_ms,
-            "target": again.target or found.target, "warning": again.warning, "reason": again.reason[:300]}
+def _row(timed: MeasureResult, params: dict[str, Any] | None, search_gflops: float | None,
+         target: str = "") -> dict[str, Any]:
+    return {"params": params, "search_gflops": search_gflops, "status": str(timed.status),
+            "gflops": timed.gflops if timed.status == Status.OK else 0.0, "latency_ms": timed.latency_ms,
+            "target": timed.target or target, "warning": timed.warning, "reason": timed.reason[:300]}
+
+
+def _tuned(wl: Workload, tuner: str, trials: int, seed: int, workers: int, options: Options,
+           records: Records | None, progress: bool) -> tuple[driver.Run, list[dict[str, Any]]]:
+    """The run and its best re-timed: a driver run's RETIMED best distinct configs measured again, or
+    MetaSchedule's RETIMED fastest schedules compiled and timed (each row with its schedule's trace)."""
+    if metaschedule.is_label(tuner):
+        with tempfile.TemporaryDirectory(prefix="opevo-metaschedule-") as work:
+            run = metaschedule.run(wl, trials, seed, work, options, progress, tuner, RETIMED)
+        return run, [{**_row(f, None, None), "trace": f.extra.get("trace")} for f in run.finalists]
+    run = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
+    return run, [_row(measure(wl, found.params, options), found.params, found.gflops, found.target)
+                 for found in best_distinct(run)]
 
 
 def class_args(tuner: str, workers: int) -> dict[str, Any]:
     """The frozen classArgs of `tuner`, as an experiment with `workers` trials in flight gives them (the seed
-    is the run's)."""
+    is the run's); MetaSchedule's: its search's arguments (`metaschedule.strategy`) and batch size."""
+    if metaschedule.is_label(tuner):
+        return {"search": metaschedule.strategy(tuner), "num_trials_per_iter": TRIALS_PER_ITER}
     if tuner in registry.BUILTIN_TUNERS:
         return dict(registry.BUILTIN_TUNERS[tuner].get("classArgs", {}))
     return registry.class_args(tuner, workers)
@@ -116,8 +136,7 @@ def class_args(tuner: str, workers: int) -> dict[str, Any]:
 def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: int, options: Options,
         records: Records | None = None, progress: bool = True, vendor: bool = True) -> dict[str, Any]:
     """Run `tuner` on `wl` with `seed`, re-time its best configs, time the vendor: the run's record."""
-    run = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
-    retimed = [_retimed(wl, found, options) for found in best_distinct(run)]
+    run, retimed = _tuned(wl, tuner, trials, seed, workers, options, records, progress)
     top = max(retimed, key=lambda r: r["gflops"], default=None)
     best = top["gflops"] if top else 0.0
     where = top["target"] if top else next((t.result.target for t in run.trials if t.result.target), "")

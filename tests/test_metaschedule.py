@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from benchmarks import compare, metaschedule
+from benchmarks import compare, metaschedule, metaschedule_child
 from trial import devicelock
 from trial.measure import Options
 from trial.service.worker import DEVICE_VARIABLES
@@ -23,6 +23,11 @@ def test_a_metaschedule_label_sets_its_search(tmp_path):
     run = metaschedule.run(parse("mm", "N32K32M32"), 8, 0, tmp_path, Options(target="llvm", min_repeat_ms=1),
                            False, label)
     assert run.tuner == label and run.trials and run.final.status == "ok"
+    # its fastest schedules, each compiled and timed by the suite: the run's figure is the fastest of them
+    assert 1 <= len(run.finalists) <= metaschedule.FINALISTS and all(f.status == "ok" for f in run.finalists)
+    assert run.final.gflops == max(f.gflops for f in run.finalists)
+    assert sorted(p.name for p in tmp_path.glob("best-*.so")) == [f"best-{i}.so" for i in range(len(run.finalists))]
+    assert len({f.extra["trace"] for f in run.finalists}) == len(run.finalists)  # distinct schedules
     logs = "".join(path.read_text() for path in (tmp_path / "logs").glob("*.log"))
     sampled = [int(n) for n in re.findall(r"Sampled (\d+) candidate", logs)]
     assert sampled and max(sampled) <= 4, sampled
@@ -40,7 +45,7 @@ def test_metaschedules_build_workers_start_with_no_gpu_in_sight(monkeypatch):
             seen.append({name: os.environ.get(name) for name in DEVICE_VARIABLES})
             return []
 
-    TimedBuilder, _, _ = metaschedule._classes()
+    TimedBuilder, _, _ = metaschedule_child._classes()
     assert list(TimedBuilder(Inner()).build([])) == []
     assert seen == [dict.fromkeys(DEVICE_VARIABLES, "")]
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3" and "HIP_VISIBLE_DEVICES" not in os.environ
@@ -65,7 +70,7 @@ def test_metaschedules_builds_hold_the_cpu_from_timings():
                 busy.append(True)
             return []
 
-    TimedBuilder, _, _ = metaschedule._classes()
+    TimedBuilder, _, _ = metaschedule_child._classes()
     TimedBuilder(Inner()).build([])
     assert busy == [True]
 
@@ -83,7 +88,7 @@ def test_metaschedules_candidates_are_verified_and_timed_by_the_measuring_servic
     assert measure(wl, None, options, keep=right).status == "ok"
     assert measure(wl, None, Options(**{**options.__dict__, "template": "faulty_templates:Wrong"}),
                    keep=wrong).status == "wrong_result"
-    _, ServiceRunner, _ = metaschedule._classes()
+    _, ServiceRunner, _ = metaschedule_child._classes()
     runner = ServiceRunner(wl, options)
     inputs = [RunnerInput(str(folder / "kernel.so"), "cpu", []) for folder in (right, wrong)]
     ok, failed = [future.result() for future in runner.run(inputs)]

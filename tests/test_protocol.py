@@ -125,6 +125,32 @@ def test_runs_at_a_time_each_record_says_how_many(tmp_path, capsys, monkeypatch)
     assert most[0] == 2 and "4 runs measured" in capsys.readouterr().err
 
 
+def test_metaschedule_runs_alone_after_the_others_its_fastest_schedules_retimed(tmp_path, capsys, monkeypatch):
+    """MetaSchedule's runs wait for the suite's tuners' runs, then run one at a time (each record says so);
+    its record holds its fastest schedules, each compiled and timed by the suite, with its trace."""
+    out, real, order = tmp_path / "out", protocol_run.one, []
+
+    def watched(wl, model, tuner, *args, **kwargs):
+        order.append(tuner)
+        return real(wl, model, tuner, *args, **kwargs)
+
+    monkeypatch.setattr(protocol_run, "one", watched)
+    label = "metaschedule[population_size=4,init_min_unmeasured=1]"
+    assert protocol.main(["--workloads", TINY[0], "--tuners", label, "random", "--seeds", "2", "--trials", "4",
+                          "--workers", "1", "--parallel", "2", "--target", "llvm", "--min-repeat-ms", "1",
+                          "--out", str(out), "--no-progress"]) == 0
+    assert order == ["random", "random", label, label]
+    records = {(r["tuner"], r["seed"]): r for r in (json.loads(p.read_text()) for p in out.rglob("*.json"))}
+    assert {(t, r["parallel"]) for (t, _), r in records.items()} == {("random", 2), (label, 1)}
+    ms = records[(label, 0)]
+    assert protocol_run.path(out, parse_name(TINY[0]), label, 0, 4, 1).name == (
+        "metaschedule_population_size_4_init_min_unmeasured_1-t4-w1-s0.json")
+    assert ms["class_args"]["search"] == {"population_size": 4, "init_min_unmeasured": 1}
+    assert 1 <= len(ms["retimed"]) <= protocol_run.RETIMED and all(r["trace"] for r in ms["retimed"])
+    assert ms["best_gflops"] == max(r["gflops"] for r in ms["retimed"]) > 0 and len(ms["curve"]) == ms["trials"]
+    assert f"| {TINY[0]} | given on the command line | {label} | 2 |" in capsys.readouterr().out
+
+
 def fake_library(wl, target, repeat, min_repeat_ms, compile_mode=None):
     """The vendor at 2 GFLOPS, and torch.compile of it at 3 after 5 s of compiling."""
     if compile_mode:
@@ -179,6 +205,7 @@ def test_save_leaves_no_file_when_writing_fails(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("bad, why", [(["--tuners", "nope"], "unknown tuner 'nope'"),
                                       (["--tuners", "opevo[mutate_rate=0.1]"], "no variants"),
+                                      (["--tuners", "metaschedule[bogus=1]"], "unknown MetaSchedule search"),
                                       (["--set", "train"], "unknown workload set 'train'"),
                                       (["--seeds", "0"], "--seeds: must be between 1"),
                                       (["--workloads", "mm/N0K1M1"], "N must be positive")])
@@ -200,7 +227,7 @@ def test_quick_is_one_study_and_one_held_out_workload_opevo_one_seed_64_trials()
     assert args.seeds == 3 and protocol.plan_sets(args) == {"held-out": (workloads.QUICK[1],)}
     args = protocol.parser().parse_args([])
     protocol.resolve(args)
-    assert (args.tuners, args.seeds, args.trials) == (["opevo", "gbfs", "na2c", "random"], 5, 128)
+    assert (args.tuners, args.seeds, args.trials) == (["opevo", "gbfs", "na2c", "random", "metaschedule"], 5, 128)
     assert protocol.plan_sets(args) == workloads.SETS
 
 
