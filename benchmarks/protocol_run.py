@@ -113,11 +113,13 @@ def _row(timed: MeasureResult, params: dict[str, Any] | None, search_gflops: flo
 def _tuned(wl: Workload, tuner: str, trials: int, seed: int, workers: int, options: Options,
            records: Records | None, progress: bool) -> tuple[driver.Run, list[dict[str, Any]]]:
     """The run and its best re-timed: a driver run's RETIMED best distinct configs measured again, or
-    MetaSchedule's RETIMED fastest schedules compiled and timed (each row with its schedule's trace)."""
+    MetaSchedule's RETIMED fastest schedules compiled (through TVM's pipeline and the suite's) and timed,
+    each row with its pipeline and its schedule's trace."""
     if metaschedule.is_label(tuner):
         with tempfile.TemporaryDirectory(prefix="opevo-metaschedule-") as work:
             run = metaschedule.run(wl, trials, seed, work, options, progress, tuner, RETIMED)
-        return run, [{**_row(f, None, None), "trace": f.extra.get("trace")} for f in run.finalists]
+        return run, [{**_row(f, None, None), "pipeline": f.extra.get("pipeline"), "trace": f.extra.get("trace")}
+                     for f in run.finalists]
     run = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
     return run, [_row(measure(wl, found.params, options), found.params, found.gflops, found.target)
                  for found in best_distinct(run)]

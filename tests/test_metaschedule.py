@@ -23,11 +23,16 @@ def test_a_metaschedule_label_sets_its_search(tmp_path):
     run = metaschedule.run(parse("mm", "N32K32M32"), 8, 0, tmp_path, Options(target="llvm", min_repeat_ms=1),
                            False, label)
     assert run.tuner == label and run.trials and run.final.status == "ok"
-    # its fastest schedules, each compiled and timed by the suite: the run's figure is the fastest of them
-    assert 1 <= len(run.finalists) <= metaschedule.FINALISTS and all(f.status == "ok" for f in run.finalists)
-    assert run.final.gflops == max(f.gflops for f in run.finalists)
-    assert sorted(p.name for p in tmp_path.glob("best-*.so")) == [f"best-{i}.so" for i in range(len(run.finalists))]
-    assert len({f.extra["trace"] for f in run.finalists}) == len(run.finalists)  # distinct schedules
+    # its fastest schedules, each compiled through TVM's pipeline and the suite's and timed by the suite: the
+    # run's figure is the fastest of them
+    pipelines = metaschedule_child.PIPELINES
+    assert all(f.status == "ok" for f in run.finalists) and run.final.gflops == max(f.gflops for f in run.finalists)
+    ranks = len(run.finalists) // len(pipelines)
+    assert 1 <= ranks <= metaschedule.FINALISTS and len(run.finalists) == ranks * len(pipelines)
+    assert [f.extra["pipeline"] for f in run.finalists] == list(pipelines) * ranks
+    assert sorted(p.name for p in tmp_path.glob("best-*.so")) == sorted(
+        f"best-{i}-{p}.so" for i in range(ranks) for p in pipelines)
+    assert len({f.extra["trace"] for f in run.finalists}) == ranks  # distinct schedules
     logs = "".join(path.read_text() for path in (tmp_path / "logs").glob("*.log"))
     sampled = [int(n) for n in re.findall(r"Sampled (\d+) candidate", logs)]
     assert sampled and max(sampled) <= 4, sampled
@@ -95,3 +100,22 @@ def test_metaschedules_candidates_are_verified_and_timed_by_the_measuring_servic
     assert ok.error_msg is None and len(ok.run_secs) == options.repeat and all(float(s) > 0 for s in ok.run_secs)
     assert failed.run_secs is None and failed.error_msg.startswith("wrong_result: ")
     assert runner.seconds > 0
+
+
+def test_metaschedules_kernels_get_cp_async_and_the_opt_in_shared_memory_on_cuda():
+    """TVM leaves cp.async and the merge of static shared memory off; a CUDA user turns them on for sm_80+,
+    and the merge lets a kernel use the shared memory a block may opt into, the limit its rules are given."""
+    import tvm
+
+    from trial.target import DeviceLimits, Target
+
+    def cuda(arch):
+        return tvm.target.Target({"kind": "cuda", "arch": arch})
+
+    assert metaschedule_child.pass_config(cuda("sm_90a")) == {"tirx.use_async_copy": True,
+                                                               "tirx.merge_static_smem": True}
+    assert metaschedule_child.pass_config(cuda("sm_75"))["tirx.use_async_copy"] is False
+    assert metaschedule_child.pass_config(tvm.target.Target("llvm")) == {}
+    limits = DeviceLimits(1024, (1024, 1024, 64), 48 << 10, 65536, 255, 32, 227 << 10)
+    h100 = Target("cuda", {"kind": "cuda", "arch": "sm_90a"}, "NVIDIA H100", 1, limits)
+    assert int(metaschedule_child._ms_target(h100).attrs["max_shared_memory_per_block"]) == 227 << 10
