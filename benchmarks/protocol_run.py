@@ -1,10 +1,11 @@
 """One run of the benchmark protocol: a seeded driver run, its best configs re-timed, the vendor beside it.
 
-A tuner's best trial is the luckiest of many timings, so the protocol re-measures each run's RETIMED best
-distinct `ok` configurations through the same measure path and options, and takes the best of those as the
-run's result.  MetaSchedule (`benchmarks.metaschedule`) searches its own space instead of the suite's
-knobs: its RETIMED fastest schedules are compiled and timed the same way.  The vendor library (cuBLAS/cuDNN through PyTorch, `trial.vendor.baseline`) is timed right
-after the run, so that each run's ratio compares kernels timed minutes apart on the same device.
+A tuner's best trial is the luckiest of many timings, so the protocol re-measures each run's RETIMED
+best distinct `ok` configurations through the same measure path and options, and takes the best of those
+as the run's result.  MetaSchedule (`benchmarks.metaschedule`) searches its own space instead of the
+suite's knobs: its RETIMED fastest schedules are compiled and timed the same way.  The vendor library
+(cuBLAS/cuDNN through PyTorch, `trial.vendor.baseline`) is timed right after the run, so that each run's
+ratio compares kernels timed minutes apart on the same device.
 
 A run's record is one JSON file (`path`), written whole under a temporary name and renamed (`save`), so
 that a protocol killed mid-run leaves no partial file and its next invocation runs only what is missing.

@@ -1,12 +1,13 @@
 """Build stage: schedule the template with the knob values and compile for the target.
 
-Every kernel of the suite compiles through `compile_module` (MetaSchedule's best schedules through it and
-through TVM's own, benchmarks/metaschedule_child.py): TVM's default TIR pipeline with one fix.  TVM 0.27's LowerWarpMemory lowers only the first warp-scope
-buffer of a statement sequence; the tensor-core template's A and B fragments come after the
-accumulators, so each thread kept the whole warp's fragments in an array indexed by threadIdx.x, that
-is in local memory instead of registers.  The pass is repeated until no warp buffer is left, which needs
-the warp's thread index visible in the fragment offsets: TVM's TIR-level common-subexpression
-elimination, which hides it behind let-bound variables, is off (nvcc and LLVM eliminate them anyway).
+Every kernel of the suite compiles through `compile_module` (MetaSchedule's best schedules through it
+and through TVM's own, benchmarks/metaschedule_child.py): TVM's default TIR pipeline with one fix.  TVM
+0.27's LowerWarpMemory lowers only the first warp-scope buffer of a statement sequence; the tensor-core
+template's A and B fragments come after the accumulators, so each thread kept the whole warp's fragments
+in an array indexed by threadIdx.x, that is in local memory instead of registers.  The pass is repeated
+until no warp buffer is left, which needs the warp's thread index visible in the fragment offsets: TVM's
+TIR-level common-subexpression elimination, which hides it behind let-bound variables, is off (nvcc and
+LLVM eliminate them anyway).
 """
 from __future__ import annotations
 
