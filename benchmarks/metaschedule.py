@@ -31,6 +31,7 @@ from trial.workload import Workload
 
 from .driver import Progress, Run, Trial, variant
 from .metaschedule_child import child
+from .placement import Share
 
 NAME = "metaschedule"
 STRATEGY_ARGS = ("population_size", "init_measured_ratio", "init_min_unmeasured", "max_fail_count",
@@ -56,15 +57,17 @@ def strategy(label: str) -> dict[str, Any]:
 
 
 def run(wl: Workload, trials: int, seed: int, work_dir: str | os.PathLike[str], options: Options = Options(),
-        progress: bool = True, label: str = NAME, finalists: int = FINALISTS) -> Run:
+        progress: bool = True, label: str = NAME, finalists: int = FINALISTS, share: Share | None = None) -> Run:
     """One seeded MetaSchedule run of `trials` trials, its search set by `label` (`strategy`); its database,
-    logs and best schedules' libraries stay in `work_dir`."""
+    logs and best schedules' libraries stay in `work_dir`.  With `share`, it sees only that share's GPUs
+    and runs on its cores (benchmarks/placement.py); its best schedules are timed on any GPU."""
     search = strategy(label)
     Path(work_dir).mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
+    place = (share.gpus, share.cpus, share.cores) if share else None
     proc = ctx.Process(target=child, args=(sender, wl.op, wl.spec, trials, seed, options, str(work_dir), search,
-                                           finalists), daemon=False)
+                                           finalists, place), daemon=False)
     out = Run(label, seed, workers=1)
     bar = Progress(trials, f"{label} seed {seed}", progress)
     where: dict[str, str] = {}

@@ -227,9 +227,15 @@ def _best(database: Any, count: int) -> list[Any]:
 
 
 def child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Options, work_dir: str,
-          search: dict[str, Any], finalists: int) -> None:
-    """The run in its own process: tune, then send the `finalists` best schedules' libraries ("final")."""
+          search: dict[str, Any], finalists: int, share: tuple[str, tuple[int, ...], int] | None = None) -> None:
+    """The run in its own process: tune, then send the `finalists` best schedules' libraries ("final").
+
+    `share` (benchmarks/placement.py): the GPUs it sees, the logical CPUs it and its builder's workers run
+    on and how many physical cores those are (its search's threads), set before TVM loads."""
     os.dup2(2, 1)
+    if share:
+        os.environ.update(dict.fromkeys(DEVICE_VARIABLES[:2], share[0]))
+        os.sched_setaffinity(0, share[1])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
     start = time.perf_counter()
     import logging
@@ -250,13 +256,15 @@ def child(conn: Any, op: str, spec: str, trials: int, seed: int, options: Option
     ms_target = _ms_target(target)
     conn.send(("target", {"target": target.label, "device": target.device_name}))
     TimedBuilder, ServiceRunner, Report = _classes()
-    builder = TimedBuilder(ms.builder.LocalBuilder(f_build=build, timeout_sec=options.build_timeout_s))
+    builder = TimedBuilder(ms.builder.LocalBuilder(f_build=build, timeout_sec=options.build_timeout_s,
+                                                   max_workers=len(share[1]) if share else None))
     runner = ServiceRunner(wl, options)
     func = templates.load(wl, options.template).prim_func(wl)
     conn.send(("setup", time.perf_counter() - start))
     try:
         database = ms.tune_tir(func, ms_target, work_dir, max_trials_global=trials,
                                num_trials_per_iter=min(TRIALS_PER_ITER, trials), builder=builder, runner=runner,
+                               num_tuning_cores=share[2] if share else "physical",
                                space=_space(wl, target, ms), strategy=ms.search_strategy.EvolutionarySearch(**search),
                                measure_callbacks=[Report(conn, wl.flops, builder, runner),
                                                   *ms.measure_callback.MeasureCallback.create("default")],

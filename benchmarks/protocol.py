@@ -10,7 +10,9 @@ the vendor library timed beside it (`benchmarks.protocol_run`).  MetaSchedule's 
 label with its search's arguments, `benchmarks.metaschedule`) come after the others, one at a time, so
 that its search, cost model and builder have the host's cores and its candidates every GPU to themselves.
 Then, alone, the peer on each workload: `torch.compile` in its max-autotune mode of the vendor's call, the
-vendor timed beside it (--no-peer: none).
+vendor timed beside it (--no-peer: none).  --metaschedule-parallel P runs P of MetaSchedule's runs at a time
+instead, each seeing one GPU of its own and running on 1/P of the physical cores (`benchmarks.placement`):
+no run shares its cores, and each record says its share.
 Each run's record is a JSON file under --out (default results/protocol); a run whose file is there is
 not run again, so a killed protocol resumes where it stopped.  Then a markdown table per workload set
 is printed after a header with the command, device and versions (`benchmarks.protocol_report`), and
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import queue
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,7 +49,7 @@ from trial.target import KINDS, TargetError
 from trial.service.client import ROOT, ServiceError
 from trial.workload import SpecError, parse_name
 
-from . import driver, metaschedule, protocol_publish, protocol_report, protocol_run, workloads
+from . import driver, metaschedule, placement, protocol_publish, protocol_report, protocol_run, workloads
 from .workloads import Entry
 
 _logger = logging.getLogger(__name__)
@@ -73,6 +76,9 @@ def parser() -> argparse.ArgumentParser:
                         f"GPU of this machine runs, {registry.CONCURRENCY} on a CPU")
     p.add_argument("--parallel", type=number_type(int, 1, 256), default=1,
                    help="runs at a time, their kernels spread over the host's GPUs (default 1)")
+    p.add_argument("--metaschedule-parallel", type=number_type(int, 1, 64), default=1,
+                   help="MetaSchedule's runs at a time, each with a GPU and 1/P of the cores of its own (default 1: "
+                        "one at a time with the whole host)")
     p.add_argument("--target", choices=KINDS, default=os.environ.get("OPEVO_TARGET", "auto"))
     p.add_argument("--min-repeat-ms", type=number_type(int, 1, 60000), default=Options.min_repeat_ms,
                    help=f"minimum length of a timed repeat (default {Options.min_repeat_ms})")
@@ -120,6 +126,15 @@ def workers(args: argparse.Namespace) -> int:
     return auto_concurrency(args.target, 1 if device(args.target).is_gpu else 0)
 
 
+def shares(args: argparse.Namespace) -> list[placement.Share] | None:
+    """MetaSchedule's shares of the host with --metaschedule-parallel P > 1 (ValueError where there are
+    fewer GPUs or physical cores than P), else None: one run at a time with the whole host."""
+    if args.metaschedule_parallel == 1 or not any(metaschedule.is_label(t) for t in args.tuners):
+        return None
+    gpus = placement.visible_gpus(device(args.target).num_devices) if device(args.target).is_gpu else []
+    return placement.shares(args.metaschedule_parallel, gpus, placement.physical_cores())
+
+
 def _device(kind: str, seen: list[str]) -> str:
     """The device the records name, else the one a trial would use (asking the measuring service)."""
     if seen:
@@ -135,19 +150,27 @@ Job = tuple[Entry, str, int]
 
 
 def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, records: Records,
-                failed: list[str], parallel: int) -> int:
-    """Run and save every job without a record, `parallel` at a time; returns how many ran.  A run that
-    raises is logged and named in `failed`, and left out (it runs again next time)."""
+                failed: list[str], parallel: int, shares: list[placement.Share] | None = None) -> int:
+    """Run and save every job without a record, `parallel` at a time (each in a share of the host of its
+    own, where `shares` are given); returns how many ran.  A run that raises is logged and named in
+    `failed`, and left out (it runs again next time)."""
+    free: queue.SimpleQueue[placement.Share | None] = queue.SimpleQueue()
+    for share in shares or [None] * parallel:
+        free.put(share)
+
     def one(job: Job) -> int:
         entry, tuner, seed = job
         wl = parse_name(entry.workload)
+        share = free.get()
         try:
             record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options, records,
-                                      not args.no_progress and parallel == 1)
+                                      not args.no_progress and parallel == 1, share=share)
         except Exception as err:  # noqa: BLE001 - one broken run must not end the protocol
             _logger.exception("%s %s seed %d failed", wl.name, tuner, seed)
             failed.append(f"{wl.name} {tuner} seed {seed}: {type(err).__name__}: {err}")
             return 0
+        finally:
+            free.put(share)
         protocol_run.save(_path(job, args), {**record, "parallel": parallel})
         return 1
 
@@ -197,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         sets = plan_sets(args)
         records = Records(args.records)
         args.workers = workers(args)
+        args.shares = shares(args)
     except (SpecError, ValueError, RecordsError, TargetError, ServiceError) as err:
         p.error(str(err))
     logging.getLogger("nni").setLevel(logging.WARNING)
@@ -206,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             for tuner in args.tuners for seed in range(args.seeds)]
     alone = [job for job in jobs if metaschedule.is_label(job[1])]
     ran = run_missing([job for job in jobs if job not in alone], args, options, records, failed, args.parallel)
-    ran += run_missing(alone, args, options, records, failed, 1)
+    ran += run_missing(alone, args, options, records, failed, args.metaschedule_parallel, args.shares)
     if not args.no_peer:
         ran += peers_missing([entry for entries in sets.values() for entry in entries], args, options, failed)
     tables, seen, plotted = [], [], {}

@@ -30,6 +30,7 @@ from trial.workload import Workload
 
 from . import driver, metaschedule
 from .metaschedule_child import TRIALS_PER_ITER
+from .placement import Share
 from .stats import time_to_fraction
 
 PEER = "torch.compile max-autotune"
@@ -112,13 +113,13 @@ def _row(timed: MeasureResult, params: dict[str, Any] | None, search_gflops: flo
 
 
 def _tuned(wl: Workload, tuner: str, trials: int, seed: int, workers: int, options: Options,
-           records: Records | None, progress: bool) -> tuple[driver.Run, list[dict[str, Any]]]:
+           records: Records | None, progress: bool, share: Share | None) -> tuple[driver.Run, list[dict[str, Any]]]:
     """The run and its best re-timed: a driver run's RETIMED best distinct configs measured again, or
     MetaSchedule's RETIMED fastest schedules compiled (through TVM's pipeline and the suite's) and timed,
     each row with its pipeline and its schedule's trace."""
     if metaschedule.is_label(tuner):
         with tempfile.TemporaryDirectory(prefix="opevo-metaschedule-") as work:
-            run = metaschedule.run(wl, trials, seed, work, options, progress, tuner, RETIMED)
+            run = metaschedule.run(wl, trials, seed, work, options, progress, tuner, RETIMED, share)
         return run, [{**_row(f, None, None), "pipeline": f.extra.get("pipeline"), "trace": f.extra.get("trace")}
                      for f in run.finalists]
     run = driver.run(wl, tuner, trials, seed, workers, options, records, progress)
@@ -137,9 +138,11 @@ def class_args(tuner: str, workers: int) -> dict[str, Any]:
 
 
 def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: int, options: Options,
-        records: Records | None = None, progress: bool = True, vendor: bool = True) -> dict[str, Any]:
-    """Run `tuner` on `wl` with `seed`, re-time its best configs, time the vendor: the run's record."""
-    run, retimed = _tuned(wl, tuner, trials, seed, workers, options, records, progress)
+        records: Records | None = None, progress: bool = True, vendor: bool = True,
+        share: Share | None = None) -> dict[str, Any]:
+    """Run `tuner` on `wl` with `seed`, re-time its best configs, time the vendor: the run's record (with
+    `share`, a MetaSchedule run's part of the host: benchmarks/placement.py)."""
+    run, retimed = _tuned(wl, tuner, trials, seed, workers, options, records, progress, share)
     top = max(retimed, key=lambda r: r["gflops"], default=None)
     best = top["gflops"] if top else 0.0
     where = top["target"] if top else next((t.result.target for t in run.trials if t.result.target), "")
@@ -156,4 +159,5 @@ def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: i
         "to_fraction": {"fraction": FRACTION, "trials": to_trials, "seconds": to_seconds},
         "curve": [[t.index, round(t.finished_s, 3), str(t.result.status), t.result.gflops] for t in run.trials],
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **({"share": share.describe()} if share else {}),
     }

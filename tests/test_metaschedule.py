@@ -119,3 +119,19 @@ def test_metaschedules_kernels_get_cp_async_and_the_opt_in_shared_memory_on_cuda
     limits = DeviceLimits(1024, (1024, 1024, 64), 48 << 10, 65536, 255, 32, 227 << 10)
     h100 = Target("cuda", {"kind": "cuda", "arch": "sm_90a"}, "NVIDIA H100", 1, limits)
     assert int(metaschedule_child._ms_target(h100).attrs["max_shared_memory_per_block"]) == 227 << 10
+
+
+def test_a_run_in_a_share_of_the_host_runs_on_its_cpus(tmp_path):
+    """In a share (benchmarks/placement.py) its process, and so its builder's workers, run on the share's CPUs:
+    a share of a CPU this host does not have ends the run before it measures anything."""
+    import os as host
+
+    from benchmarks.placement import Share
+
+    label, options = "metaschedule[population_size=4,init_min_unmeasured=1]", Options(target="llvm", min_repeat_ms=1)
+    mine = Share("", (min(host.sched_getaffinity(0)),), 1)
+    run = metaschedule.run(parse("mm", "N32K32M32"), 4, 0, tmp_path / "mine", options, False, label, 1, mine)
+    assert run.trials and run.final.status == "ok", run.final.reason
+    absent = Share("", (host.cpu_count() + 64,), 1)
+    run = metaschedule.run(parse("mm", "N32K32M32"), 4, 0, tmp_path / "absent", options, False, label, 1, absent)
+    assert not run.trials and run.final.status == "runtime_error" and "exited with code 1" in run.final.reason
