@@ -110,6 +110,16 @@ def test_trials_through_two_servers_are_verified_and_share_them(tracker):
     assert wrong.status == "wrong_result", wrong.reason  # the server's output is checked here
 
 
+def test_each_run_through_a_server_starts_from_an_unwritten_output(tracker):
+    """The server keeps the workload's inputs and unwritten output, and each run gets fresh copies: a kernel
+    that writes half of C after a correct one has run is caught, not passed by the previous result."""
+    tracker.add_server()
+    assert measure(WL, None, options(tracker.runner)).status == "ok"
+    half = measure(WL, None, options(tracker.runner, template="faulty_templates:WritesHalf"))
+    assert half.status == "wrong_result" and "nan" in half.reason, half.reason
+    assert measure(WL, None, options(tracker.runner)).status == "ok"
+
+
 def test_sessions_go_back_to_the_tracker_when_idle(tracker, monkeypatch):
     monkeypatch.setenv("OPEVO_RPC_IDLE_S", "1")
     tracker.add_server()

@@ -39,23 +39,28 @@ def _unwritten(dtype: str) -> float | int:
     return np.iinfo(dtype).min if np.dtype(dtype).kind == "i" else np.nan
 
 
+def unwritten_output(wl: Workload) -> np.ndarray:
+    """The output as a kernel finds it: every element `_unwritten`, so one that a kernel skips is caught."""
+    return np.full(wl.output_shape, _unwritten(wl.out_dtype), dtype=wl.out_dtype)
+
+
 class WrongResult(RuntimeError):
     """The kernel ran but its output does not match the reference."""
 
 
 def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: int, min_repeat_ms: int,
-        args: list[Any] | None = None, algorithm: str = "direct") -> Timing:
+        args: list[Any] | None = None, algorithm: str = "direct", out: Any | None = None) -> Timing:
     """Run once on the reference's inputs and check the output, then time with `repeat` repeats of >=
     `min_repeat_ms` each: on a local CUDA GPU from a CUDA graph (graphs.py), elsewhere (or where the
     graph fails, the reason kept in `Timing.method`) call by call with TVM's `time_evaluator`.
 
-    `mod` is a runtime module with the kernel as "main": a fresh build's `.mod` or an exported
-    library loaded with `tvm.runtime.load_module`.  The reference is computed beforehand, so that the
-    device lock is held for device work only.  `args`: the reference's inputs already on `dev` (an RPC
-    server keeps them), else they are copied there now.  `algorithm`: how the kernel computes, which
-    sets how closely its output must match (`verify.Reference.tolerance_of`).  `Timing.parts`: the seconds
-    of its steps: "tensors" (inputs and output on the device), "check" (the first call and the output's
-    check) and "timing" (the repeats, with what sizes them).
+    `mod` is a runtime module with the kernel as "main": a fresh build's `.mod` or an exported library
+    loaded with `tvm.runtime.load_module`.  The reference is computed beforehand, so that the device lock is
+    held for device work only.  `args`: the reference's inputs already on `dev` (an RPC server keeps them),
+    else they are copied there now; `out`, likewise, a fresh `unwritten_output` there.  `algorithm`: how the
+    kernel computes, which sets how closely its output must match (`verify.Reference.tolerance_of`).
+    `Timing.parts`: the seconds of its steps: "tensors" (inputs and output on the device), "check" (the
+    first call and the output's check) and "timing" (the repeats, with what sizes them).
     """
     wl = reference.wl
     clock = [time.perf_counter()]
@@ -66,7 +71,7 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
         parts[part] = clock[-1] - clock[-2]
 
     args = args or [tvm.runtime.tensor(x, dev) for x in reference.inputs]
-    out = tvm.runtime.tensor(np.full(wl.output_shape, _unwritten(wl.out_dtype), dtype=wl.out_dtype), dev)
+    out = out if out is not None else tvm.runtime.tensor(unwritten_output(wl), dev)
     done("tensors")
     mod["main"](*args, out)
     dev.sync()

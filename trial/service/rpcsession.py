@@ -7,9 +7,9 @@ and its device context stay warm): after $OPEVO_RPC_IDLE_S seconds without one (
 closed and the server goes back to the tracker for other experiments and users.  A run that fails
 drops the session with its worker; the worker that replaces it asks the tracker for a server again.
 
-A workload's inputs go to the server once per session (316 MB for the 11x11 conv's), and each run
-starts from a fresh copy of them made there, so a kernel that writes where it should not cannot
-spoil the inputs of the next.
+A workload's inputs and its unwritten output go to the server once per session (316 MB of inputs for
+the 11x11 conv), and each run starts from fresh copies of them made there, so a kernel that writes
+where it should not cannot spoil the inputs of the next, nor find a previous run's result in its output.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -99,14 +99,15 @@ def loaded(runner: str, path: str, device_type: str) -> Iterator[tuple[Any, Any]
             remote.remove(name)
 
 
-def inputs(runner: str, key: Any, arrays: list[np.ndarray], dev: Any) -> list[Any]:
-    """The workload's inputs on the server's device `dev`, fresh: copied there from the ones sent for `key`
-    (sent now where this session has none for it; only the last workload's are kept)."""
+def inputs(runner: str, key: Any, arrays: Callable[[], list[np.ndarray]], dev: Any) -> list[Any]:
+    """The workload's `arrays` (its inputs and unwritten output) on the server's device `dev`, fresh: copied
+    there from the ones sent for `key` (made and sent now where this session has none for it; only the last
+    workload's are kept)."""
     kept = _INPUTS.get(runner)
     if kept is None or kept[0] != key:
         _INPUTS.pop(runner, None)
-        sent = [tvm.runtime.tensor(a, dev) for a in arrays]
-        kept = _INPUTS[runner] = (key, sent, [tvm.runtime.empty(a.shape, str(a.dtype), dev) for a in arrays])
+        sent = [tvm.runtime.tensor(a, dev) for a in arrays()]
+        kept = _INPUTS[runner] = (key, sent, [tvm.runtime.empty(a.shape, a.dtype, dev) for a in sent])
     for source, copy in zip(kept[1], kept[2]):
         source.copyto(copy)
     return kept[2]
