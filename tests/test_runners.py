@@ -66,9 +66,10 @@ def test_a_measurement_says_the_cpu_seconds_of_its_build_and_run_and_when_it_hel
     assert set(cpu) == {"build", "run"} and 0 < cpu["run"] and 0 < cpu["build"] < result.build_s * 8
     lock = result.extra["device_s"]  # when the runner took and gave back the device's lock
     assert lock["held"] < lock["released"] < lock["held"] + result.extra["stages"]["run"] + 1
-    steps = result.extra["run_s"]  # verify-and-time's steps under the lock, within its time
+    # verify-and-time's steps under the lock, timed by the runner (the marks above are the service's)
+    steps = result.extra["run_s"]
     assert set(steps) == {"load", "tensors", "check", "timing"} and steps["timing"] > 0
-    assert sum(steps.values()) <= lock["released"] - lock["held"]
+    assert 0 < sum(steps.values()) < result.extra["stages"]["run"] + 1
 
 
 def test_the_trial_and_the_workers_load_numpy_with_one_blas_thread(monkeypatch):

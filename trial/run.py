@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,8 @@ class WrongResult(RuntimeError):
 
 
 def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: int, min_repeat_ms: int,
-        args: list[Any] | None = None, algorithm: str = "direct", out: Any | None = None) -> Timing:
+        args: list[Any] | None = None, algorithm: str = "direct", out: Any | None = None,
+        sample: Callable[[Any], np.ndarray] | None = None) -> Timing:
     """Run once on the reference's inputs and check the output, then time with `repeat` repeats of >=
     `min_repeat_ms` each: on a local CUDA GPU from a CUDA graph (graphs.py), elsewhere (or where the
     graph fails, the reason kept in `Timing.method`) call by call with TVM's `time_evaluator`.
@@ -57,8 +59,9 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
     `mod` is a runtime module with the kernel as "main": a fresh build's `.mod` or an exported library
     loaded with `tvm.runtime.load_module`.  The reference is computed beforehand, so that the device lock is
     held for device work only.  `args`: the reference's inputs already on `dev` (an RPC server keeps them),
-    else they are copied there now; `out`, likewise, a fresh `unwritten_output` there.  `algorithm`: how the
-    kernel computes, which sets how closely its output must match (`verify.Reference.tolerance_of`).
+    else they are copied there now; `out`, likewise, a fresh `unwritten_output` there; `sample`, what reads
+    the checked outputs from it (`Reference.check_sampled`), else the whole output is read.  `algorithm`:
+    how the kernel computes, which sets how closely its output must match (`verify.Reference.tolerance_of`).
     `Timing.parts`: the seconds of its steps: "tensors" (inputs and output on the device), "check" (the
     first call and the output's check) and "timing" (the repeats, with what sizes them).
     """
@@ -75,7 +78,8 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
     done("tensors")
     mod["main"](*args, out)
     dev.sync()
-    problem = reference.check(out.numpy(), algorithm)
+    sampled = sample(out) if sample else out.numpy()[reference.idx]
+    problem = reference.check_sampled(sampled, algorithm)
     if problem:
         raise WrongResult(problem)
     done("check")

@@ -169,10 +169,19 @@ class Reference:
             self._tolerances[algorithm] = scale * winograd_bound(self.wl, self.inputs, self.idx) + 1e-6
         return self._tolerances[algorithm]
 
+    @property
+    def flat_indices(self) -> np.ndarray:
+        """The checked outputs' positions in the output laid out flat (C order), in `check_sampled`'s order."""
+        return np.ravel_multi_index(self.idx, self.wl.output_shape).astype(np.int64)
+
     def check(self, output: np.ndarray, algorithm: str = "direct") -> str | None:
         """None if `output` matches the reference on the checked elements (within the tolerance of a kernel
         computing by `algorithm`), else what is wrong."""
-        got = output[self.idx].astype(np.float64)
+        return self.check_sampled(output[self.idx], algorithm)
+
+    def check_sampled(self, sampled: np.ndarray, algorithm: str = "direct") -> str | None:
+        """`check` of the checked elements alone, gathered elsewhere (at `flat_indices`)."""
+        got = np.asarray(sampled).astype(np.float64)
         bad = ~(np.abs(got - self.expected) <= self.tolerance_of(algorithm))  # NaN counts as bad
         if not bad.any():
             return None

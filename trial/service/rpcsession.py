@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -27,13 +28,16 @@ import tvm
 from tvm import rpc
 
 from ..remote import RpcAddress, rpc_address
-from ..target import TargetError
+from ..target import Target, TargetError
+from ..verify import Reference
+from . import rpcgather
 
 CONNECT_TIMEOUT_S = 10.0
 IDLE_ENV = "OPEVO_RPC_IDLE_S"
 IDLE_S = 30.0
 _SESSIONS: dict[str, Any] = {}  # the runner this worker serves -> its session
 _INPUTS: dict[str, tuple[Any, list[Any], list[Any]]] = {}  # runner -> (workload key, kept inputs, working copies)
+_GATHERS: dict[str, tuple[Any, Callable[[Any], np.ndarray]]] = {}  # runner -> (workload key, its sampler)
 _last_use = time.monotonic()
 _using = threading.Lock()  # held while a session is in use; the idle watch closes sessions only without it
 
@@ -59,6 +63,7 @@ def _watch_idle(idle_s: float) -> None:
         with _using:
             if _SESSIONS and time.monotonic() - _last_use > idle_s:
                 _INPUTS.clear()  # tensors on the server hold its session too
+                _GATHERS.clear()
                 _SESSIONS.clear()  # the last reference: the connection closes, the server is free again
 
 
@@ -112,5 +117,31 @@ def inputs(runner: str, key: Any, arrays: Callable[[], list[np.ndarray]], dev: A
         source.copyto(copy)
     return kept[2]
 
+
+
+def sampler(runner: str, key: Any, reference: Reference, target: Target, dev: Any) -> Callable[[Any], np.ndarray]:
+    """For the workload and seed `key`: a function from a run's output on the server to its checked elements
+    here (`Reference.check_sampled`), gathered on the server (rpcgather.py).  Built, sent and kept there
+    the first time this session sees `key`; called inside this runner's session."""
+    kept = _GATHERS.get(runner)
+    if kept is None or kept[0] != key:
+        _GATHERS.pop(runner, None)
+        remote, positions = _SESSIONS[runner], reference.flat_indices
+        name = f"{uuid.uuid4().hex}.so"
+        with tempfile.TemporaryDirectory(prefix="opevo-gather-") as folder:
+            remote.upload(rpcgather.library(reference.wl, len(positions), target, folder), name)
+        try:
+            gather = remote.load_module(name)["main"]
+        finally:
+            remote.remove(name)
+        where = tvm.runtime.tensor(positions, dev)
+        picked = tvm.runtime.empty((len(positions),), reference.wl.out_dtype, dev)
+
+        def sample(output: Any) -> np.ndarray:
+            gather(output, where, picked)
+            return picked.numpy()
+
+        kept = _GATHERS[runner] = (key, sample)
+    return kept[1]
 
 threading.Thread(target=_watch_idle, args=(float(os.environ.get(IDLE_ENV, IDLE_S)),), daemon=True).start()

@@ -83,16 +83,17 @@ def _free_memory(tgt: Target, index: int) -> str:
 
 @contextmanager
 def _loaded(mod: Any, path: str, tgt: Target, index: int, runner: str, key: tuple[str, int],
-            reference: verify.Reference) -> Iterator[tuple[Any, Any, list[Any] | None, Any]]:
-    """The library on the device it runs on (`mod`: already loaded here), that device, and the inputs and
-    unwritten output of the workload and seed `key` already there (None: the run sends them)."""
+            reference: verify.Reference) -> Iterator[tuple[Any, Any, list[Any] | None, Any, Any]]:
+    """The library on the device it runs on (`mod`: already loaded here), that device, the inputs and
+    unwritten output of the workload and seed `key` already there, and what gathers the checked outputs
+    there (None: the run sends the tensors and reads the output itself)."""
     if runner == LOCAL:
-        yield mod, tgt.device(index), None, None
+        yield mod, tgt.device(index), None, None, None
     else:
         with rpcsession.loaded(runner, path, tgt.device_type) as (remote_mod, dev):
             *args, out = rpcsession.inputs(runner, key, lambda: [*reference.inputs, run.unwritten_output(reference.wl)],
                                            dev)
-            yield remote_mod, dev, args, out
+            yield remote_mod, dev, args, out, rpcsession.sampler(runner, key, reference, tgt, dev)
 
 
 def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repeat_ms: int,
@@ -104,7 +105,8 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
     session at a time: there the session is the lock); {"replace": True} asks for a fresh runner.  A
     local library is loaded before the lock (host work: the device's module loads at the first call);
     "cpu_s" is this call's CPU seconds; extra["run_s"] the seconds of its steps under the lock: "load"
-    (through RPC: the library's upload and load, the inputs' and output's copies) and those of `run.run`.
+    (through RPC: the library's upload and load, the inputs' and output's copies, and once a workload the
+    gather of its checked outputs: rpcgather.py) and those of `run.run`.
     """
     cpu = cpu_seconds()
     tgt = Target.from_description(target)
@@ -121,10 +123,10 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
         held = time.perf_counter()
         try:
             key = (f"{op}/{spec}", seed)
-            with _loaded(mod, path, tgt, index, runner, key, reference) as (kernel, dev, args, out), \
+            with _loaded(mod, path, tgt, index, runner, key, reference) as (kernel, dev, args, out, sample), \
                     load or nullcontext():
                 loaded_s = time.perf_counter() - held
-                timing = run.run(kernel, dev, reference, repeat, min_repeat_ms, args, algorithm, out)
+                timing = run.run(kernel, dev, reference, repeat, min_repeat_ms, args, algorithm, out, sample)
         except run.WrongResult as err:
             failed = {"status": Status.WRONG_RESULT, "reason": str(err), "cpu_s": cpu_seconds() - cpu}
         except Exception as err:  # a launch failure, a CUDA error, a lost server: the context may be lost
