@@ -3,7 +3,8 @@ context on its device warm, which load, verify and time the libraries the build 
 
 The runner of an RPC runner's server holds a session with it instead (rpcsession.py): it uploads the
 library there and verifies and times it on the server's device.  The reference outputs of a
-workload are computed once per runner and kept (the last few workloads), outside the device lock.
+workload are computed once per runner and kept (the last few workloads), outside the device lock; its
+tensors and the kernel that gathers its checked outputs are kept on the device (kept.py, gather.py).
 A kernel that fails in any way other than a wrong answer may have left the device context unusable
 (a misaligned access does), so the runner says so and the service replaces it.  Each timing says
 how far it can be trusted (its `warning`, trial/noise.py).
@@ -23,7 +24,7 @@ from ..results import Status, error_reason
 from ..remote import LOCAL, rpc_address
 from ..target import Target, TargetError, resolve
 from ..workload import parse
-from . import rpcsession
+from . import gather, kept, rpcsession
 from .worker import cpu_seconds, report
 
 _REFERENCES: OrderedDict[tuple[str, int], verify.Reference] = OrderedDict()
@@ -83,17 +84,19 @@ def _free_memory(tgt: Target, index: int) -> str:
 
 @contextmanager
 def _loaded(mod: Any, path: str, tgt: Target, index: int, runner: str, key: tuple[str, int],
-            reference: verify.Reference) -> Iterator[tuple[Any, Any, list[Any] | None, Any, Any]]:
-    """The library on the device it runs on (`mod`: already loaded here), that device, the inputs and
-    unwritten output of the workload and seed `key` already there, and what gathers the checked outputs
-    there (None: the run sends the tensors and reads the output itself)."""
+            reference: verify.Reference, gathering: str) -> Iterator[tuple[Any, Any, list[Any] | None, Any, Any]]:
+    """The library on the device it runs on (`mod`: already loaded here), that device, and the workload's
+    inputs and unwritten output kept there, fresh, with what gathers a run's checked outputs there
+    (kept.py; None: the run makes its tensors and reads the whole output).  `gathering`: the gather
+    kernel's library, built here."""
     if runner == LOCAL:
-        yield mod, tgt.device(index), None, None, None
+        dev = tgt.device(index)
+        yield mod, dev, *kept.prepared(f"local:{index}", key, reference, dev,
+                                       lambda: tvm.runtime.load_module(gathering)["main"])
     else:
         with rpcsession.loaded(runner, path, tgt.device_type) as (remote_mod, dev):
-            *args, out = rpcsession.inputs(runner, key, lambda: [*reference.inputs, run.unwritten_output(reference.wl)],
-                                           dev)
-            yield remote_mod, dev, args, out, rpcsession.sampler(runner, key, reference, tgt, dev)
+            yield remote_mod, dev, *kept.prepared(runner, key, reference, dev,
+                                                  lambda: rpcsession.module(runner, gathering)["main"])
 
 
 def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repeat_ms: int,
@@ -105,12 +108,12 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
     session at a time: there the session is the lock); {"replace": True} asks for a fresh runner.  A
     local library is loaded before the lock (host work: the device's module loads at the first call);
     "cpu_s" is this call's CPU seconds; extra["run_s"] the seconds of its steps under the lock: "load"
-    (through RPC: the library's upload and load, the inputs' and output's copies, and once a workload the
-    gather of its checked outputs: rpcgather.py) and those of `run.run`.
+    (through RPC the library's upload and load; the kept tensors' copies, kept.py) and those of `run.run`.
     """
     cpu = cpu_seconds()
     tgt = Target.from_description(target)
     reference = _reference(op, spec, seed)
+    gathering = gather.library(reference.wl, len(reference.flat_indices), tgt)  # once a workload, before the lock
     try:
         mod = tvm.runtime.load_module(path) if runner == LOCAL else None
     except Exception as err:  # an unreadable library: this measurement's error, the device untouched
@@ -123,8 +126,9 @@ def run_library(path: str, op: str, spec: str, seed: int, repeat: int, min_repea
         held = time.perf_counter()
         try:
             key = (f"{op}/{spec}", seed)
-            with _loaded(mod, path, tgt, index, runner, key, reference) as (kernel, dev, args, out, sample), \
+            with _loaded(mod, path, tgt, index, runner, key, reference, gathering) as (kernel, dev, *tensors), \
                     load or nullcontext():
+                args, out, sample = tensors
                 loaded_s = time.perf_counter() - held
                 timing = run.run(kernel, dev, reference, repeat, min_repeat_ms, args, algorithm, out, sample)
         except run.WrongResult as err:

@@ -1,13 +1,13 @@
-"""A run's checked outputs gathered on the RPC server, so that only they cross the connection.
+"""A run's checked outputs gathered on the device, so that only they are read back.
 
-The check reads a seeded sample of a kernel's output (trial/verify.py: 4,096 elements at most).  Copied
-back whole, the output crosses the RPC connection at every run: 2 MB for the study's matmul, 287 MB for
-its 5x5 convolution.  Instead a small kernel, built here once per workload for the server's target and
-kept there with the sample's positions, picks those elements on the server's device, and only they
-come back.
+The check reads a seeded sample of a kernel's output (trial/verify.py: 4,096 elements at most).  Read
+back whole, the output crosses PCIe, and through RPC the connection, at every run: 2 MB for the study's
+matmul, 287 MB for its 5x5 convolution.  Instead a small kernel, compiled once a workload for the
+target (outside the device lock), picks those elements on the device, and only they come back.
 """
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,8 @@ from ..target import Target
 from ..workload import Workload
 
 THREADS = 128  # a GPU block's threads
+_FOLDER = tempfile.TemporaryDirectory(prefix="opevo-gather-")
+_LIBRARIES: dict[tuple[str, int, str], str] = {}  # (workload, outputs, target) -> its library here
 
 
 def gather_module(wl: Workload, count: int, gpu: bool) -> tvm.IRModule:
@@ -43,8 +45,11 @@ def gather_module(wl: Workload, count: int, gpu: bool) -> tvm.IRModule:
     return sch.mod
 
 
-def library(wl: Workload, count: int, target: Target, folder: str) -> str:
-    """The gather kernel of `wl`'s `count` checked outputs, compiled for `target` and exported into `folder`."""
-    path = str(Path(folder) / "gather.so")
-    compile_module(gather_module(wl, count, target.is_gpu), target.target).export_library(path)
-    return path
+def library(wl: Workload, count: int, target: Target) -> str:
+    """The gather kernel of `wl`'s `count` checked outputs for `target`, compiled once in this process."""
+    key = (wl.name, count, target.label)
+    if key not in _LIBRARIES:
+        path = str(Path(_FOLDER.name) / f"gather-{len(_LIBRARIES)}.so")
+        compile_module(gather_module(wl, count, target.is_gpu), target.target).export_library(path)
+        _LIBRARIES[key] = path
+    return _LIBRARIES[key]
