@@ -58,8 +58,8 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
 
     `mod` is a runtime module with the kernel as "main": a fresh build's `.mod` or an exported library
     loaded with `tvm.runtime.load_module`.  The reference is computed beforehand, so that the device lock is
-    held for device work only.  `args`: the reference's inputs already on `dev` (an RPC server keeps them),
-    else they are copied there now; `out`, likewise, a fresh `unwritten_output` there; `sample`, what reads
+    held for device work only.  `args`: the reference's inputs already on `dev` (trial/service/kept.py keeps
+    them), else they are copied there now; `out`, likewise, a fresh `unwritten_output` there; `sample`, what reads
     the checked outputs from it (`Reference.check_sampled`), else the whole output is read.  `algorithm`:
     how the kernel computes, which sets how closely its output must match (`verify.Reference.tolerance_of`).
     `Timing.parts`: the seconds of its steps: "tensors" (inputs and output on the device), "check" (the

@@ -5,9 +5,9 @@ checked outputs back.  Made and copied for every run, that is host work under th
 grows with the workload (the 5x5 study convolution's output is 287 MB) and, through RPC, bytes over
 the connection.  So a runner keeps the last workload's inputs and unwritten output on its device, with
 the kernel that gathers the checked outputs there (gather.py), and gives each run fresh copies made on
-the device: a kernel that writes where it should not spoils neither the next run's inputs nor finds
-a previous run's result in its output.  Where two copies would take more than a quarter of the
-device's free memory, each run makes its own tensors as before.
+the device: a kernel that writes where it should not cannot spoil the next run's inputs, and one that
+skips outputs cannot pass on a previous run's result.  Where the tensors and their copies would take
+more than a quarter of the device's free memory, each run makes its own tensors instead.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import numpy as np
 import tvm
 
 from .. import run
+from ..dtypes import numpy_dtype
 from ..verify import Reference
 
 MEMORY_SHARE = 4  # keep where the kept tensors and their copies take at most 1 / MEMORY_SHARE of free memory
@@ -41,8 +42,9 @@ def forget(where: str) -> None:
 
 
 def _fits(reference: Reference, dev: Any) -> bool:
-    arrays = [*reference.inputs, np.empty(0, reference.wl.out_dtype)]
-    size = 2 * (sum(a.nbytes for a in reference.inputs) + arrays[-1].itemsize * int(np.prod(reference.wl.output_shape)))
+    wl = reference.wl
+    output = numpy_dtype(wl.out_dtype).itemsize * int(np.prod(wl.output_shape))
+    size = 2 * (sum(a.nbytes for a in reference.inputs) + output)  # made once, and the runs' copies
     try:
         free = dev.available_global_memory
     except Exception:  # a device that does not say (the CPU)
