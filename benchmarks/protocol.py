@@ -8,11 +8,11 @@ Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experim
 (`experiments.registry`, no variants: the settings are frozen), its 3 best distinct configs re-timed and
 the vendor library timed beside it (`benchmarks.protocol_run`).  MetaSchedule's runs (`metaschedule`, or a
 label with its search's arguments, `benchmarks.metaschedule`) come after the others, one at a time, so
-that its search, cost model and builder have the host's cores and its candidates every GPU to themselves.
+that its search, cost model and builder have the host's cores and its candidates every GPU to themselves;
+with --metaschedule-parallel P, P at a time, each seeing one GPU of its own and running on 1/P of the
+physical cores (`benchmarks.placement`), so that no run shares its cores (each record says its share).
 Then, alone, the peer on each workload: `torch.compile` in its max-autotune mode of the vendor's call, the
-vendor timed beside it (--no-peer: none).  --metaschedule-parallel P runs P of MetaSchedule's runs at a time
-instead, each seeing one GPU of its own and running on 1/P of the physical cores (`benchmarks.placement`):
-no run shares its cores, and each record says its share.
+vendor timed beside it (--no-peer: none).
 Each run's record is a JSON file under --out (default results/protocol); a run whose file is there is
 not run again, so a killed protocol resumes where it stopped.  Then a markdown table per workload set
 is printed after a header with the command, device and versions (`benchmarks.protocol_report`), and
@@ -131,7 +131,8 @@ def shares(args: argparse.Namespace) -> list[placement.Share] | None:
     fewer GPUs or physical cores than P), else None: one run at a time with the whole host."""
     if args.metaschedule_parallel == 1 or not any(metaschedule.is_label(t) for t in args.tuners):
         return None
-    gpus = placement.visible_gpus(device(args.target).num_devices) if device(args.target).is_gpu else []
+    found = device(args.target)
+    gpus = placement.visible_gpus(found.num_devices) if found.is_gpu else []
     return placement.shares(args.metaschedule_parallel, gpus, placement.physical_cores())
 
 
