@@ -9,6 +9,7 @@ that computes by transforms (Winograd), their rounding (`Reference.tolerance_of`
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -169,7 +170,7 @@ class Reference:
             self._tolerances[algorithm] = scale * winograd_bound(self.wl, self.inputs, self.idx) + 1e-6
         return self._tolerances[algorithm]
 
-    @property
+    @functools.cached_property
     def flat_indices(self) -> np.ndarray:
         """The checked outputs' positions in the output laid out flat (C order), in `check_sampled`'s order."""
         return np.ravel_multi_index(self.idx, self.wl.output_shape).astype(np.int64)

@@ -86,19 +86,14 @@ def session(runner: str, wait: bool = True) -> Iterator[Any]:
 
 @contextmanager
 def loaded(runner: str, path: str, device_type: str) -> Iterator[tuple[Any, Any]]:
-    """The library at `path` uploaded to the server and loaded there, with the server's device 0 of that type;
-    the uploaded file is removed afterwards (the session outlives many of them)."""
+    """The library at `path` loaded on the server (`module`), with the server's device 0 of that type."""
     with session(runner) as remote:
-        name = f"{uuid.uuid4().hex}.so"
-        remote.upload(path, name)
-        try:
-            yield remote.load_module(name), remote.device(device_type, 0)
-        finally:
-            remote.remove(name)
+        yield module(runner, path), remote.device(device_type, 0)
 
 
 def module(runner: str, path: str) -> Any:
-    """The library at `path` loaded on the server this worker holds a session with (inside `loaded`)."""
+    """The library at `path` uploaded to the server this worker holds a session with and loaded there; the
+    uploaded file is removed once loaded (the session outlives many of them)."""
     remote, name = _SESSIONS[runner], f"{uuid.uuid4().hex}.so"
     remote.upload(path, name)
     try:
