@@ -2,17 +2,17 @@
 
     python -m benchmarks.protocol [--quick] [--set study|held-out|all] [--tuners opevo gbfs na2c random metaschedule]
         [--seeds 5] [--trials 128] [--workers auto|N] [--parallel P] [--target auto|cuda|rocm|llvm] [--out DIR]
-        [--workloads op/spec ...]
+        [--workloads op/spec ...] [--report] [--publish [PAGE]]
 
 Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experiments' classArgs
-(`experiments.registry`, no variants: the settings are frozen), its 3 best distinct configs re-timed and
-the vendor library timed beside it (`benchmarks.protocol_run`).  MetaSchedule's runs (`metaschedule`, or a
+(`experiments.registry`, no variants: the settings are frozen), its 3 best distinct configs re-timed
+(`benchmarks.protocol_run`); the runs go in `benchmarks.protocol_jobs`.  MetaSchedule's runs (`metaschedule`, or a
 label with its search's arguments, `benchmarks.metaschedule`) come after the others, one at a time, so
 that its search, cost model and builder have the host's cores and its candidates every GPU to themselves;
 with --metaschedule-parallel P, P at a time, each seeing one GPU of its own and running on 1/P of the
 physical cores (`benchmarks.placement`), so that no run shares its cores (each record says its share).
-Then, alone, the peer on each workload: `torch.compile` in its max-autotune mode of the vendor's call, the
-vendor timed beside it (--no-peer: none).
+Then, alone, on each workload the vendor library, which every run's ratio divides by, and the peer:
+`torch.compile` in its max-autotune mode of the vendor's call, the vendor timed beside it (--no-peer: none).
 Each run's record is a JSON file under --out (default results/protocol); a run whose file is there is
 not run again, so a killed protocol resumes where it stopped.  Then a markdown table per workload set
 is printed after a header with the command, device and versions (`benchmarks.protocol_report`), and
@@ -20,6 +20,10 @@ written to OUT/summary.md.
 
 --quick: the first study and held-out workloads, OpEvo only, 1 seed, 64 trials (one short GPU session);
 flags given with it still win.  --workloads replaces the sets by the given op/spec names.
+
+--report runs nothing: it prints (and with --publish, publishes) the report of the records under --out as
+far as they go, on any machine, its header saying the versions and dates the records give and how many of
+the planned runs they are; --workers auto is then the number the records were run with.
 
 --publish [PAGE] also writes the report into PAGE (docs/results.md), between markers that it replaces
 the next time, and its plots into PAGE's folder's protocol/ (`benchmarks.protocol_publish`).
@@ -34,9 +38,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import queue
+import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +52,7 @@ from trial.target import KINDS, TargetError
 from trial.service.client import ROOT, ServiceError
 from trial.workload import SpecError, parse_name
 
-from . import driver, metaschedule, placement, protocol_publish, protocol_report, protocol_run, workloads
+from . import driver, metaschedule, placement, protocol_jobs, protocol_publish, protocol_report, protocol_run, workloads
 from .workloads import Entry
 
 _logger = logging.getLogger(__name__)
@@ -88,6 +91,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--publish", nargs="?", type=Path, const=PAGE, metavar="PAGE",
                    help=f"also write the report into PAGE (default {PAGE.relative_to(ROOT)}) and its plots beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--report", action="store_true",
+                   help="run nothing: the report of the records under --out as far as they go (no GPU needed)")
     return p
 
 
@@ -120,9 +125,18 @@ def resolve(args: argparse.Namespace) -> None:
 def workers(args: argparse.Namespace) -> int:
     """--workers as a number: auto is what `nnictl create` of a written experiment runs on one GPU of this
     machine (`experiments.write.auto_concurrency`), so that the frozen settings are measured as users run
-    them (OpEvo breeds that many offspring at once: `experiments.registry.class_args`)."""
+    them (OpEvo breeds that many offspring at once: `experiments.registry.class_args`); with --report, the
+    number the records under --out were run with (ValueError where there are none, or several)."""
     if args.workers != "auto":
         return args.workers
+    if args.report:
+        found = {int(m.group(1)) for f in args.out.rglob(f"*-t{args.trials}-w*-s*.json")
+                 if (m := re.search(r"-w(\d+)-s\d+\.json$", f.name))}
+        if len(found) != 1:
+            raise ValueError(f"{'no' if not found else 'several'} run records of {args.trials} trials under "
+                             f"{args.out} ({', '.join(map(str, sorted(found))) or 'none'} in flight): "
+                             f"{'run the protocol first' if not found else 'say which with --workers'}")
+        return found.pop()
     return auto_concurrency(args.target, 1 if device(args.target).is_gpu else 0)
 
 
@@ -146,70 +160,42 @@ def _device(kind: str, seen: list[str]) -> str:
         return f"unknown ({err})"
 
 
-Job = tuple[Entry, str, int]
-"""One run of the protocol: a workload, a tuner and a seed."""
-
-
-def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, records: Records,
-                failed: list[str], parallel: int, shares: list[placement.Share] | None = None) -> int:
-    """Run and save every job without a record, `parallel` at a time (each in a share of the host of its
-    own, where `shares` are given); returns how many ran.  A run that raises is logged and named in
-    `failed`, and left out (it runs again next time)."""
-    free: queue.SimpleQueue[placement.Share | None] = queue.SimpleQueue()
-    for share in shares or [None] * parallel:
-        free.put(share)
-
-    def one(job: Job) -> int:
-        entry, tuner, seed = job
-        wl = parse_name(entry.workload)
-        share = free.get()
-        try:
-            record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options, records,
-                                      not args.no_progress and parallel == 1, share=share)
-        except Exception as err:  # noqa: BLE001 - one broken run must not end the protocol
-            _logger.exception("%s %s seed %d failed", wl.name, tuner, seed)
-            failed.append(f"{wl.name} {tuner} seed {seed}: {type(err).__name__}: {err}")
-            return 0
-        finally:
-            free.put(share)
-        protocol_run.save(_path(job, args), {**record, "parallel": parallel})
-        return 1
-
-    missing = [job for job in jobs if protocol_run.load(_path(job, args)) is None]
-    with ThreadPoolExecutor(parallel, thread_name_prefix="run") as pool:
-        return sum(pool.map(one, missing))
-
-
-def peers_missing(entries: list[Entry], args: argparse.Namespace, options: Options, failed: list[str]) -> int:
-    """Run the peer on each workload without its record, one at a time after the tuners' runs, so that it
-    has the device and the cores to itself; returns how many ran.  One that raises is named in `failed`."""
-    ran = 0
-    for entry in entries:
-        wl = parse_name(entry.workload)
-        where = protocol_run.peer_path(args.out, wl)
-        if protocol_run.load(where) is not None:
-            continue
-        try:
-            record = protocol_run.peer(wl, entry.model, device(args.target), options)
-        except Exception as err:  # noqa: BLE001 - the vendor beside it failed: the protocol goes on
-            _logger.exception("%s %s failed", wl.name, protocol_run.PEER)
-            failed.append(f"{wl.name} {protocol_run.PEER}: {type(err).__name__}: {err}")
-            continue
-        if record is not None:
-            protocol_run.save(where, record)
-            ran += 1
-    return ran
-
-
-def _path(job: Job, args: argparse.Namespace) -> Path:
-    entry, tuner, seed = job
-    return protocol_run.path(args.out, parse_name(entry.workload), tuner, seed, args.trials, args.workers)
-
-
 def recorded(entry: Entry, tuner: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The records of `tuner`'s seeds on `entry` that are there."""
-    found = (protocol_run.load(_path((entry, tuner, seed), args)) for seed in range(args.seeds))
+    found = (protocol_run.load(protocol_jobs.path((entry, tuner, seed), args)) for seed in range(args.seeds))
     return [record for record in found if record is not None]
+
+
+def report(sets: dict[str, tuple[Entry, ...]], args: argparse.Namespace, argv: list[str],
+           planned: int) -> tuple[str, list[str], dict[str, dict[str, list[dict[str, Any]]]]]:
+    """The report of the records under --out: its header, a table per set (each run's ratio to its
+    workload's vendor figure, `protocol_report.vendor_of`), and per set and workload the records the plots show."""
+    tables, seen, plotted, found_all, runs_found = [], [], {}, [], 0
+    for title, entries in sets.items():
+        rows, with_vendor, plotted[title] = [], False, {}
+        for entry in entries:
+            wl = parse_name(entry.workload)
+            runs = {tuner: recorded(entry, tuner, args) for tuner in args.tuners}
+            alone = protocol_run.load(protocol_run.vendor_path(args.out, wl))
+            vendor = protocol_report.vendor_of(alone, [r for found in runs.values() for r in found])
+            with_vendor |= vendor[0] is not None
+            found_all += [alone] if alone else []
+            for tuner, found in runs.items():
+                found = [protocol_report.with_ratio(r, vendor) for r in found]
+                found_all += found
+                runs_found += len(found)
+                seen += [r["device"] for r in found if r.get("device")]
+                rows.append(protocol_report.row(entry, tuner, found, vendor))
+                plotted[title].setdefault(entry.workload, []).extend(found)
+            if not args.no_peer:
+                found_peer = protocol_run.load(protocol_run.peer_path(args.out, wl))
+                found_all += [found_peer] if found_peer else []
+                rows.append(protocol_report.peer_row(entry, protocol_run.PEER, found_peer))
+        tables.append(protocol_report.table(title, rows, with_vendor))
+    where = _device(args.target, seen) if seen or not args.report else "none recorded"
+    head = (protocol_report.recorded_header(argv, where, found_all, runs_found, planned) if args.report
+            else protocol_report.header(argv, where))
+    return head, tables, plotted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         resolve(args)
         sets = plan_sets(args)
-        records = Records(args.records)
+        records = None if args.report else Records(args.records)
         args.workers = workers(args)
-        args.shares = shares(args)
+        args.shares = None if args.report else shares(args)
     except (SpecError, ValueError, RecordsError, TargetError, ServiceError) as err:
         p.error(str(err))
     logging.getLogger("nni").setLevel(logging.WARNING)
@@ -229,37 +215,23 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     jobs = [(entry, tuner, seed) for entries in sets.values() for entry in entries
             for tuner in args.tuners for seed in range(args.seeds)]
-    alone = [job for job in jobs if metaschedule.is_label(job[1])]
-    ran = run_missing([job for job in jobs if job not in alone], args, options, records, failed, args.parallel)
-    ran += run_missing(alone, args, options, records, failed, args.metaschedule_parallel, args.shares)
-    if not args.no_peer:
-        ran += peers_missing([entry for entries in sets.values() for entry in entries], args, options, failed)
-    tables, seen, plotted = [], [], {}
-    for title, entries in sets.items():
-        rows, with_vendor, plotted[title] = [], False, {}
-        for entry in entries:
-            for tuner in args.tuners:
-                found = recorded(entry, tuner, args)
-                seen += [r["device"] for r in found if r.get("device")]
-                with_vendor |= any(r.get("vendor") for r in found)
-                rows.append(protocol_report.row(entry, tuner, found))
-                plotted[title].setdefault(entry.workload, []).extend(found)
-            if not args.no_peer:
-                rows.append(protocol_report.peer_row(entry, protocol_run.PEER, protocol_run.load(
-                    protocol_run.peer_path(args.out, parse_name(entry.workload)))))
-        tables.append(protocol_report.table(title, rows, with_vendor))
-    text = "\n\n".join([f"# Benchmark protocol\n\n{protocol_report.header(argv, _device(args.target, seen))}", *tables])
+    entries = [entry for found in sets.values() for entry in found]
+    ran = 0 if args.report else protocol_jobs.run_all(jobs, entries, args, options, records, failed)
+    head, tables, plotted = report(sets, args, argv, len(jobs))
+    text = "\n\n".join([f"# Benchmark protocol\n\n{head}", *tables])
     if failed:
         text += "\n\n**Runs that failed** (not recorded, so run again next time):\n\n" + "".join(
             f"- {line[:500]}\n" for line in failed)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.md").write_text(text + "\n")
+    if not args.report:  # a report of the records leaves their folder as it is
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "summary.md").write_text(text + "\n")
     print(text)
     if args.publish:
         images = protocol_publish.plots(plotted, args.publish.parent / "protocol")
         protocol_publish.publish(args.publish, text, images)
         print(f"wrote the report into {args.publish} and {len(images)} plots beside it", file=sys.stderr)
-    print(f"{ran} runs measured, the others read from {args.out}; wrote {args.out / 'summary.md'}", file=sys.stderr)
+    wrote = "" if args.report else f"; wrote {args.out / 'summary.md'}"
+    print(f"{ran} runs measured, the others read from {args.out}{wrote}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -104,7 +104,7 @@ def curves_plot(title: str, workloads: Mapping[str, Sequence[dict[str, Any]]], p
             x = grid if by_seconds else np.arange(1, len(median) + 1)
             ax.plot(x, median, color=f"C{k % 10}", linewidth=1.2, label=tuner)
             ax.fill_between(x, low, high, color=f"C{k % 10}", alpha=0.2, linewidth=0)
-        vendor = [r["vendor"]["gflops"] for r in records if r.get("vendor")]
+        vendor = [r["vendor_gflops"] for r in records if r.get("vendor_gflops")]  # protocol_report.with_ratio
         if vendor:
             ax.axhline(float(np.median(vendor)), color="black", linestyle="--", linewidth=1.0, label="vendor")
         ax.set_title(wl, fontsize=8)

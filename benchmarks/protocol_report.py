@@ -54,13 +54,30 @@ def versions() -> dict[str, str]:
     return {name: value for name, value in found.items() if value}
 
 
-def header(argv: list[str], device: str, found: dict[str, str] | None = None) -> str:
-    """The report's header: the command, the device, the versions and the date (UTC)."""
+def header(argv: list[str], device: str, found: dict[str, str] | None = None, date: str | None = None) -> str:
+    """The report's header: the command, the device, the versions and the date (UTC; `date`: said instead)."""
     found = versions() if found is None else found
     stack = ", ".join(f"{name} {value}" for name, value in found.items()) or "no versions found"
     return (f"Command: `{shlex.join(['python', '-m', 'benchmarks.protocol', *argv])}`  \n"
             f"Device: {device or 'unknown'}  \nVersions: {stack}  \n"
-            f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+            f"Date: {date or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+
+
+def recorded_header(argv: list[str], device: str, records: list[dict[str, Any]], runs: int, planned: int) -> str:
+    """The header of a report read from records (`--report`): the versions and dates the records say, and
+    how many of the planned runs of the tuners are recorded (`runs`)."""
+    said: dict[str, set[str]] = {}
+    for record in records:
+        for name, value in record.get("versions", {}).items():
+            said.setdefault(name, set()).add(value)
+    unsaid = sum(1 for record in records if "versions" not in record)
+    found = {name: " / ".join(sorted(values)) for name, values in said.items()}
+    if unsaid:
+        found[f"not said by {unsaid} of the {len(records)} records"] = "(written before records carried them)"
+    ends = sorted(record["finished"] for record in records if record.get("finished"))
+    date = f"runs finished from {ends[0]} to {ends[-1]}" if ends else "no runs recorded"
+    return (header(argv, device, found, date) +
+            f"  \nRuns: {runs} of the {planned} planned runs of the tuners are recorded; this report ran none")
 
 
 def _ci(values: list[float], digits: int) -> str:
@@ -75,31 +92,59 @@ def _median(values: list[float | None], fmt: str) -> str:
     return format(float(np.median(known)), fmt) if known else "-"
 
 
-def row(entry: Entry, tuner: str, records: list[dict[str, Any]]) -> list[str]:
-    """A table row for `tuner` on `entry` from its runs' records (none yet: dashes)."""
+Vendor = tuple["float | None", str]
+"""A workload's vendor figure that its runs' ratios divide by (GFLOPS; None: none) and how it was timed."""
+
+
+def vendor_of(alone: dict[str, Any] | None, runs: list[dict[str, Any]]) -> Vendor:
+    """The vendor figure of a workload: the library timed alone after its runs (the protocol's vendor
+    record), else the median of the figures timed beside each run, as records written before the vendor was
+    timed alone have them (beside runs that shared its process, some of those read slow)."""
+    if alone and alone.get("gflops"):
+        return alone["gflops"], "alone"
+    beside = [r["vendor"]["gflops"] for r in runs if r.get("vendor") and r["vendor"].get("gflops")]
+    if beside:
+        return float(np.median(beside)), f"median of {len(beside)} beside runs"
+    return None, ""
+
+
+def with_ratio(record: dict[str, Any], vendor: Vendor) -> dict[str, Any]:
+    """`record` with the workload's vendor figure and its ratio to it (None where there is none)."""
+    return {**record, "vendor_gflops": vendor[0], "ratio": record["best_gflops"] / vendor[0] if vendor[0] else None}
+
+
+def _vendor_cell(vendor: Vendor) -> str:
+    gflops, how = vendor
+    return "-" if gflops is None else f"{gflops:.1f}" + ("" if how == "alone" else f" ({how})")
+
+
+def row(entry: Entry, tuner: str, records: list[dict[str, Any]], vendor: Vendor = (None, "")) -> list[str]:
+    """A table row for `tuner` on `entry` from its runs' records (none yet: dashes), their ratios to `vendor`."""
     if not records:
-        return [entry.workload, entry.model, tuner, "0", "-", "-", "-", "-"]
+        return [entry.workload, entry.model, tuner, "0", "-", "-", "-", "-", _vendor_cell(vendor)]
     ratios = [r["ratio"] for r in records if r.get("ratio") is not None]
     return [entry.workload, entry.model, tuner, str(len(records)), _ci([r["best_gflops"] for r in records], 1),
             _ci(ratios, 2) if len(ratios) == len(records) else "-",
             _median([r["to_fraction"]["trials"] for r in records], "g"),
-            _median([r["to_fraction"]["seconds"] for r in records], ".1f")]
+            _median([r["to_fraction"]["seconds"] for r in records], ".1f"), _vendor_cell(vendor)]
 
 
 def peer_row(entry: Entry, name: str, record: dict[str, Any] | None) -> list[str]:
-    """The row of the peer `name` on `entry` from its record (none: dashes; a failed compilation: its error)."""
+    """The row of the peer `name` on `entry` from its record (none: dashes; a failed compilation: its error),
+    with the vendor timed right after it."""
     if record is None:
-        return [entry.workload, entry.model, name, "0", "-", "-", "-", "-"]
+        return [entry.workload, entry.model, name, "0", "-", "-", "-", "-", "-"]
     if "error" in record:
-        return [entry.workload, entry.model, name, "1", f"failed: {record['error'][:120]}", "-", "-", "-"]
+        return [entry.workload, entry.model, name, "1", f"failed: {record['error'][:120]}", "-", "-", "-", "-"]
     differs = " (output differs from the reference)" if record.get("check") else ""
     ratio = f"{record['ratio']:.2f}" if record.get("ratio") is not None else "-"
+    library = record.get("vendor") or {}
     return [entry.workload, entry.model, name + differs, "1", f"{record['gflops']:.1f}", ratio, "-",
-            f"{record['compile_s']:.1f}"]
+            f"{record['compile_s']:.1f}", f"{library['gflops']:.1f}" if library.get("gflops") else "-"]
 
 
 HEAD = ["workload", "model", "tuner", "seeds", "best GFLOPS, median [95 % CI]", "vs vendor, median [95 % CI]",
-        "trials to 95 %", "seconds to 95 %"]
+        "trials to 95 %", "seconds to 95 %", "vendor GFLOPS"]
 
 
 def table(title: str, rows: list[list[str]], with_vendor: bool) -> str:
@@ -110,7 +155,8 @@ def table(title: str, rows: list[list[str]], with_vendor: bool) -> str:
                  "percentile-bootstrap intervals (none for one seed). To 95 %: median trials and seconds until "
                  "a run first reached 95 % of its own best; for torch.compile (one run, its mode "
                  "max-autotune-no-cudagraphs, timed from a CUDA graph as every row is), the seconds its "
-                 "compilation and autotuning took.")
+                 "compilation and autotuning took.  Vendor: the library timed alone once per workload after its "
+                 "runs, every run's ratio divided by it (the peer's by the library timed right after it).")
     if not with_vendor:
         lines.append("Vendor ratios are absent: no vendor figure here (cuBLAS/cuDNN are timed through PyTorch on "
                      "CUDA devices only).")

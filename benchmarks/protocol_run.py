@@ -1,11 +1,12 @@
-"""One run of the benchmark protocol: a seeded driver run, its best configs re-timed, the vendor beside it.
+"""One run of the benchmark protocol: a seeded driver run, its best configs re-timed; the vendor and the peer.
 
 A tuner's best trial is the luckiest of many timings, so the protocol re-measures each run's RETIMED
 best distinct `ok` configurations through the same measure path and options, and takes the best of those
 as the run's result.  MetaSchedule (`benchmarks.metaschedule`) searches its own space instead of the
 suite's knobs: its RETIMED fastest schedules are compiled and timed the same way.  The vendor library
-(cuBLAS/cuDNN through PyTorch, `trial.vendor.baseline`) is timed right after the run, so that each run's
-ratio compares kernels timed minutes apart on the same device.
+(cuBLAS/cuDNN through PyTorch, `trial.vendor.baseline`) is a record of its own per workload (`vendor`),
+timed alone after the runs (`benchmarks.protocol_jobs`); records of runs written before have a "vendor"
+timed right after each run, and the report reads those too (`protocol_report.vendor_of`).
 
 A run's record is one JSON file (`path`), written whole under a temporary name and renamed (`save`), so
 that a protocol killed mid-run leaves no partial file and its next invocation runs only what is missing.
@@ -31,6 +32,7 @@ from trial.workload import Workload
 from . import driver, metaschedule
 from .metaschedule_child import TRIALS_PER_ITER
 from .placement import Share
+from .protocol_report import versions
 from .stats import time_to_fraction
 
 PEER = "torch.compile max-autotune"
@@ -54,6 +56,21 @@ def peer_path(out: Path, wl: Workload) -> Path:
     return out / wl.op / wl.key.split("/", 1)[1] / "torch-compile.json"
 
 
+def vendor_path(out: Path, wl: Workload) -> Path:
+    """Where the record of the vendor library timed alone on `wl` lives, beside the tuners' runs."""
+    return out / wl.op / wl.key.split("/", 1)[1] / "vendor.json"
+
+
+def vendor(wl: Workload, model: str, target: Any, options: Options) -> dict[str, Any] | None:
+    """The vendor library on `wl` (`trial.vendor.baseline`: its fastest documented path, from a CUDA graph, its
+    output checked): the workload's vendor record, None where there is no figure (no CUDA, no PyTorch)."""
+    library = baseline(wl, target, options.repeat, options.min_repeat_ms)
+    if library is None:
+        return None
+    return {"workload": wl.name, "key": wl.key, "model": model, **library, "options": asdict(options),
+            "versions": versions(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
 def peer(wl: Workload, model: str, target: Any, options: Options) -> dict[str, Any] | None:
     """`torch.compile` at its best mode (`COMPILE_MODE`) on the vendor's call on `wl`, its output checked, the
     vendor timed right after it: the peer's record; None where there is no figure (no CUDA, no PyTorch).
@@ -67,7 +84,8 @@ def peer(wl: Workload, model: str, target: Any, options: Options) -> dict[str, A
     library = baseline(wl, target, options.repeat, options.min_repeat_ms) if "error" not in compiled else None
     return {"workload": wl.name, "key": wl.key, "model": model, "peer": PEER, "mode": COMPILE_MODE, **compiled,
             "vendor": library, "ratio": compiled["gflops"] / library["gflops"] if library else None,
-            "options": asdict(options), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "options": asdict(options), "versions": versions(),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def save(target: Path, record: dict[str, Any]) -> None:
@@ -138,15 +156,14 @@ def class_args(tuner: str, workers: int) -> dict[str, Any]:
 
 
 def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: int, options: Options,
-        records: Records | None = None, progress: bool = True, vendor: bool = True,
-        share: Share | None = None) -> dict[str, Any]:
-    """Run `tuner` on `wl` with `seed`, re-time its best configs, time the vendor: the run's record (with
-    `share`, a MetaSchedule run's part of the host: benchmarks/placement.py)."""
+        records: Records | None = None, progress: bool = True, share: Share | None = None) -> dict[str, Any]:
+    """Run `tuner` on `wl` with `seed` and re-time its best configs: the run's record (with `share`, a
+    MetaSchedule run's part of the host: benchmarks/placement.py).  Its ratio to the vendor is the report's
+    (`protocol_report.with_ratio`), from the workload's `vendor` record."""
     run, retimed = _tuned(wl, tuner, trials, seed, workers, options, records, progress, share)
     top = max(retimed, key=lambda r: r["gflops"], default=None)
     best = top["gflops"] if top else 0.0
     where = top["target"] if top else next((t.result.target for t in run.trials if t.result.target), "")
-    library = baseline(wl, where, options.repeat, options.min_repeat_ms) if vendor and best > 0 else None
     to_trials, to_seconds = time_to_fraction(run.trials, FRACTION)
     return {
         "workload": wl.name, "key": wl.key, "model": model, "tuner": tuner, "seed": seed,
@@ -155,9 +172,8 @@ def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: i
         "trials": len(run.trials), "ended": run.ended, "wall_s": run.wall_s, "tuner_s": run.tuner_s,
         "experiment": run.experiment, "search_best_gflops": run.curve[-1] if run.curve else 0.0,
         "retimed": retimed, "best_gflops": best, "best_params": top["params"] if best > 0 else None,
-        "vendor": library, "ratio": best / library["gflops"] if library else None,
         "to_fraction": {"fraction": FRACTION, "trials": to_trials, "seconds": to_seconds},
         "curve": [[t.index, round(t.finished_s, 3), str(t.result.status), t.result.gflops] for t in run.trials],
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": versions(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **({"share": share.describe()} if share else {}),
     }

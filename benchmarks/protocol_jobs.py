@@ -1,0 +1,110 @@
+"""Running the benchmark protocol's missing runs: the tuners' runs, then, alone, each workload's vendor and peer.
+
+A run is one (workload, tuner, seed) of `benchmarks.protocol_run`; those without a record run, P at a time
+(MetaSchedule's after the others, each in a share of the host of its own with --metaschedule-parallel), and
+each is saved as it ends, so a killed protocol resumes where it stopped.  The vendor library is timed once per
+workload, after every run, from the protocol's main thread with the measuring service idle: timed beside
+runs that share its process, the replays of its CUDA graph wait for their Python threads (the GIL) and the
+library reads slow (docs/results.md, "The vendor timed alone").
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import queue
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from trial.measure import Options, device
+from trial.records import Records
+from trial.workload import Workload, parse_name
+
+from . import metaschedule, placement, protocol_run
+from .workloads import Entry
+
+_logger = logging.getLogger(__name__)
+
+Job = tuple[Entry, str, int]
+"""One run of the protocol: a workload, a tuner and a seed."""
+
+
+def path(job: Job, args: argparse.Namespace) -> Path:
+    """Where `job`'s record lives under --out."""
+    entry, tuner, seed = job
+    return protocol_run.path(args.out, parse_name(entry.workload), tuner, seed, args.trials, args.workers)
+
+
+def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, records: Records,
+                failed: list[str], parallel: int, shares: list[placement.Share] | None = None) -> int:
+    """Run and save every job without a record, `parallel` at a time (each in a share of the host of its
+    own, where `shares` are given); returns how many ran.  A run that raises is logged and named in
+    `failed`, and left out (it runs again next time)."""
+    free: queue.SimpleQueue[placement.Share | None] = queue.SimpleQueue()
+    for share in shares or [None] * parallel:
+        free.put(share)
+
+    def one(job: Job) -> int:
+        entry, tuner, seed = job
+        wl = parse_name(entry.workload)
+        share = free.get()
+        try:
+            record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options, records,
+                                      not args.no_progress and parallel == 1, share=share)
+        except Exception as err:  # noqa: BLE001 - one broken run must not end the protocol
+            _logger.exception("%s %s seed %d failed", wl.name, tuner, seed)
+            failed.append(f"{wl.name} {tuner} seed {seed}: {type(err).__name__}: {err}")
+            return 0
+        finally:
+            free.put(share)
+        protocol_run.save(path(job, args), {**record, "parallel": parallel})
+        return 1
+
+    missing = [job for job in jobs if protocol_run.load(path(job, args)) is None]
+    with ThreadPoolExecutor(parallel, thread_name_prefix="run") as pool:
+        return sum(pool.map(one, missing))
+
+
+Timed = Callable[[Workload, str, Any, Options], "dict[str, Any] | None"]
+ALONE: dict[str, tuple[Timed, Callable[[Path, Workload], Path]]] = {
+    "vendor": (protocol_run.vendor, protocol_run.vendor_path),
+    protocol_run.PEER: (protocol_run.peer, protocol_run.peer_path),
+}
+"""What is timed alone on each workload after the runs: how, and where its record lives."""
+
+
+def alone_missing(name: str, entries: list[Entry], args: argparse.Namespace, options: Options,
+                  failed: list[str]) -> int:
+    """Time `name` (of ALONE) on each workload without its record, one at a time after the runs, so that it
+    has the device and the host to itself; returns how many were recorded.  One that raises is named in
+    `failed` (the protocol goes on; it runs again next time)."""
+    timed, where = ALONE[name]
+    ran = 0
+    for entry in entries:
+        wl = parse_name(entry.workload)
+        target = where(args.out, wl)
+        if protocol_run.load(target) is not None:
+            continue
+        try:
+            record = timed(wl, entry.model, device(args.target), options)
+        except Exception as err:  # noqa: BLE001 - the library failed on this workload: the protocol goes on
+            _logger.exception("%s %s failed", wl.name, name)
+            failed.append(f"{wl.name} {name}: {type(err).__name__}: {err}")
+            continue
+        if record is not None:
+            protocol_run.save(target, record)
+            ran += 1
+    return ran
+
+
+def run_all(jobs: list[Job], entries: list[Entry], args: argparse.Namespace, options: Options,
+            records: Records, failed: list[str]) -> int:
+    """Run every job without a record (MetaSchedule's after the others), then time each workload's vendor
+    and (unless --no-peer) its peer alone; how many ran."""
+    alone = [job for job in jobs if metaschedule.is_label(job[1])]
+    ran = run_missing([job for job in jobs if job not in alone], args, options, records, failed, args.parallel)
+    ran += run_missing(alone, args, options, records, failed, args.metaschedule_parallel, args.shares)
+    for name in ALONE if not args.no_peer else ["vendor"]:
+        ran += alone_missing(name, entries, args, options, failed)
+    return ran

@@ -1,0 +1,132 @@
+"""The protocol's report: each run's ratio to its workload's vendor timed alone, and `--report`, which reads the
+records of a protocol as far as it has come and runs nothing."""
+import shlex
+import threading
+
+import pytest
+
+from benchmarks import protocol, protocol_jobs, protocol_publish, protocol_report, protocol_run
+from trial.workload import parse_name
+
+WORKLOAD = "mm/N32K32M32"
+
+
+def argv(out, *more):
+    return ["--workloads", WORKLOAD, "--tuners", "opevo", "random", "--seeds", "2", "--trials", "8",
+            "--target", "llvm", "--out", str(out), "--no-peer", *more]
+
+
+def save_run(out, tuner, seed, best, vendor=None, workers=16, **more):
+    """A run's record as the protocol writes it, with what the report reads."""
+    record = {"workload": WORKLOAD, "tuner": tuner, "seed": seed, "best_gflops": best, "device": "NVIDIA H200",
+              "vendor": {"gflops": vendor} if vendor else None, "ratio": best / vendor if vendor else None,
+              "to_fraction": {"fraction": 0.95, "trials": 5, "seconds": 1.5},
+              "finished": f"2026-11-27T22:1{seed}:00Z", **more}
+    protocol_run.save(protocol_run.path(out, parse_name(WORKLOAD), tuner, seed, 8, workers), record)
+
+
+def row_of(text, tuner):
+    return next(line for line in text.splitlines() if line.startswith(f"| {WORKLOAD} | given on the command line "
+                                                                       f"| {tuner} |"))
+
+
+def nothing_runs(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("--report measured something")
+
+    for module, name in ((protocol_run, "one"), (protocol_run, "baseline"), (protocol, "device"),
+                         (protocol_jobs, "device"), (protocol, "Records")):
+        monkeypatch.setattr(module, name, refuse)
+
+
+def test_report_reads_the_records_runs_nothing_and_says_how_far_they_go(tmp_path, capsys, monkeypatch):
+    """Records written while each run timed the vendor beside it: one of those timings read 5x slow, so the
+    ratios divide by the median of the runs' vendor figures, and the table says so."""
+    out = tmp_path / "records"
+    save_run(out, "opevo", 0, 40.0, vendor=30.0)
+    save_run(out, "opevo", 1, 36.0, vendor=6.0)  # timed while other runs' threads held the process
+    save_run(out, "random", 0, 33.0, vendor=30.0, versions={"TVM": "0.27.0.post1"})
+    nothing_runs(monkeypatch)
+    assert protocol.main(argv(out, "--report")) == 0
+    printed = capsys.readouterr()
+    assert "Runs: 3 of the 4 planned runs of the tuners are recorded; this report ran none" in printed.out
+    assert "Versions: TVM 0.27.0.post1, not said by 2 of the 3 records" in printed.out
+    assert "Date: runs finished from 2026-11-27T22:10:00Z to 2026-11-27T22:11:00Z" in printed.out
+    assert "Device: NVIDIA H200" in printed.out and "--report" in printed.out
+    assert "| opevo | 2 | 38.0 [36.0, 40.0] | 1.27 [1.20, 1.33] |" in row_of(printed.out, "opevo")
+    assert row_of(printed.out, "random").endswith("| 1.10 | 5 | 1.5 | 30.0 (median of 3 beside runs) |")
+    assert not (out / "summary.md").exists() and "0 runs measured" in printed.err
+
+
+def test_a_vendor_timed_alone_is_every_runs_denominator():
+    runs = [{"best_gflops": 40.0, "vendor": {"gflops": 6.0}}, {"best_gflops": 20.0, "vendor": None}]
+    vendor = protocol_report.vendor_of({"gflops": 32.0, "library": "cuBLAS"}, runs)
+    assert vendor == (32.0, "alone")
+    assert [protocol_report.with_ratio(r, vendor)["ratio"] for r in runs] == [1.25, 0.625]
+    assert protocol_report.vendor_of(None, runs) == (6.0, "median of 1 beside runs")
+    assert protocol_report.vendor_of(None, runs[1:]) == (None, "")
+    assert protocol_report.with_ratio(runs[1], (None, ""))["ratio"] is None
+
+
+@pytest.mark.parametrize("saved, why", [([], "no run records of 8 trials under"),
+                                        ([4, 16], "several run records of 8 trials under")])
+def test_report_without_one_set_of_records_is_a_clear_error(saved, why, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "records"
+    for seed, workers in enumerate(saved):
+        save_run(out, "opevo", seed, 40.0, workers=workers)
+    nothing_runs(monkeypatch)
+    with pytest.raises(SystemExit) as stopped:
+        protocol.main(argv(out, "--report"))
+    assert stopped.value.code == 2 and why in capsys.readouterr().err
+    if saved:  # the runs' trials in flight named: the report then reads those
+        assert protocol.main(argv(out, "--report", "--workers", "4")) == 0
+        assert "| opevo | 1 | 40.0 |" in capsys.readouterr().out
+
+
+def test_the_vendor_is_timed_once_a_workload_after_every_run_with_no_run_in_flight(tmp_path, capsys, monkeypatch):
+    """Timed while runs shared the protocol's process, the vendor's CUDA graph replays waited for their
+    threads; now it is timed from the main thread once the runs are done, and a second protocol reuses it."""
+    out, real, running, seen = tmp_path / "out", protocol_run.one, [0], []
+
+    def run(*args, **kwargs):
+        running[0] += 1
+        try:
+            return real(*args, **kwargs)
+        finally:
+            running[0] -= 1
+
+    def library(wl, target, repeat, min_repeat_ms, compile_mode=None):
+        seen.append((wl.name, running[0], threading.current_thread() is threading.main_thread()))
+        return {"library": "fake BLAS", "gflops": 2.0, "latency_ms": 1.0}
+
+    monkeypatch.setattr(protocol_run, "one", run)
+    monkeypatch.setattr(protocol_run, "baseline", library)
+    assert protocol.main(argv(out, "--workers", "1", "--parallel", "2", "--min-repeat-ms", "1")) == 0
+    assert seen == [(WORKLOAD, 0, True)]
+    text = capsys.readouterr().out
+    assert row_of(text, "opevo").endswith("| 2.0 |") and "(median" not in text
+    assert protocol.main(argv(out, "--workers", "1", "--min-repeat-ms", "1")) == 0 and len(seen) == 1
+
+
+def test_the_published_table_is_what_the_committed_records_give(tmp_path, monkeypatch):
+    """docs/results.md's generated section, made again from benchmarks/data/protocol/h200 by the command in its
+    header: a figure edited by hand, or a record changed without publishing again, fails here."""
+    page = protocol.ROOT / "docs" / "results.md"
+    begin, end = protocol_publish.BEGIN, protocol_publish.END
+    published = page.read_text().split(begin, 1)[1].split(end, 1)[0]
+    command = next(line for line in published.splitlines() if line.startswith("Command: "))
+    argv = shlex.split(command.split("`")[1])[3:]
+    assert argv[0] == "--report" and "--publish" in argv
+    drawn, real_plots = tmp_path / "plots", protocol_publish.plots
+    written = {}
+
+    def plots(sets, folder):  # drawn aside, so that the committed images stay as they are
+        return [folder / p.name for p in real_plots(sets, drawn)]
+
+    monkeypatch.setattr(protocol_publish, "plots", plots)
+    monkeypatch.setattr(protocol_publish, "publish", lambda page, report, images: written.update(
+        section=protocol_publish.section(report, images, page)))
+    monkeypatch.chdir(protocol.ROOT)
+    assert protocol.main(argv) == 0
+    assert written["section"] == f"{begin}{published}{end}"
+    assert sorted(p.name for p in drawn.iterdir()) == sorted(p.name for p in (page.parent / "protocol").iterdir())
