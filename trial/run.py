@@ -16,6 +16,10 @@ from .workload import Workload
 
 
 PROBE_CALLS = 3
+LOOP_S = 2e-3
+"""About how long the loop of calls lasts that sizes TVM's timer (`calls_per_repeat`)."""
+MARGIN = 1.1
+"""A timed repeat's calls are sized to fill this much of `min_repeat_ms`, so that it is not run again."""
 
 
 @dataclass
@@ -83,9 +87,9 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
     if problem:
         raise WrongResult(problem)
     done("check")
-    # TVM's timer finds how many calls fill `min_repeat_ms` by growing its count within the first repeat,
-    # and by 1.6x whenever a repeat falls short; a few single calls (plus a margin) estimate it for less
-    # of the device's time
+    # TVM's timer finds how many calls fill `min_repeat_ms` by running a repeat again with 1.6x the calls
+    # whenever it falls short; a few single calls size the CUDA graph (graphs.py), or the loop of calls that
+    # sizes TVM's timer (`calls_per_repeat`), for less of the device's time
     single = min(mod.time_evaluator("main", dev, number=1, repeat=PROBE_CALLS)(*args, out).results)
     method = "launch"
     if dev.dlpack_device_type() == tvm_ffi.DLDeviceType.kDLCUDA:  # a local GPU (not one through RPC)
@@ -96,9 +100,19 @@ def run(mod: Any, dev: tvm.runtime.Device, reference: verify.Reference, repeat: 
             return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats, "graph", parts)
         except graphs.GraphError as err:
             method = f"launch (no graph: {err})"
-    number = max(1, math.ceil(1.1 * min_repeat_ms / 1e3 / max(single, 1e-9)))
+    number = calls_per_repeat(mod, dev, [*args, out], single, min_repeat_ms)
     timer = mod.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     result = timer(*args, out)
     repeats = [float(r) for r in result.results]
     done("timing")
     return Timing(float(np.median(repeats)), float(np.std(repeats)), repeats, method, parts)
+
+
+def calls_per_repeat(mod: Any, dev: tvm.runtime.Device, args: list[Any], single_s: float, min_repeat_ms: int) -> int:
+    """How many calls of `mod` fill a timed repeat of `min_repeat_ms` (with MARGIN), from a loop of about
+    LOOP_S of them.  A call timed alone (`single_s`) also counts its launch and the device's start, which
+    the calls of a loop overlap on a GPU: a count sized on it falls short of `min_repeat_ms`, and TVM's
+    timer then runs the repeat again with more calls, spending the device's time twice."""
+    loop = max(1, math.ceil(LOOP_S / max(single_s, 1e-9)))
+    per_call = mod.time_evaluator("main", dev, number=loop, repeat=1)(*args).results[0]
+    return max(1, math.ceil(MARGIN * min_repeat_ms / 1e3 / max(per_call, 1e-9)))
