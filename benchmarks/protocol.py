@@ -55,8 +55,6 @@ from trial.workload import SpecError, parse_name
 from . import driver, metaschedule, placement, protocol_jobs, protocol_publish, protocol_report, protocol_run, workloads
 from .workloads import Entry
 
-_logger = logging.getLogger(__name__)
-
 PAGE = ROOT / "docs" / "results.md"
 DEFAULTS = {"tuners": ["opevo", "gbfs", "na2c", "random", metaschedule.NAME], "seeds": 5, "trials": 128}
 QUICK = {"tuners": ["opevo"], "seeds": 1, "trials": 64}
