@@ -2,6 +2,7 @@
 
     python -m benchmarks.nnipace mm/N512K1024M1024 --trials 128 [--gpus 0 0,1 0,1,2,3] [--concurrency auto|N ...]
                                  [--runner rpc://HOST:PORT/KEY] [--driver] [--tuner opevo] [--port 8080] [--json F]
+    python -m benchmarks.nnipace mm/N512K1024M1024 --trials 256 --gpus 0,1 rpc://HOST:PORT/KEY
 
 Per set of GPUs (CUDA_VISIBLE_DEVICES of the experiment, its trials and their measuring service) and
 trialConcurrency (one for all sets, or one a set; auto: `experiments.write.auto_concurrency`), one
@@ -36,7 +37,9 @@ seconds it stood free between two trials, and the seconds of the span before its
 after its last (means over the GPUs).
 --driver also runs the same tuner, budget and concurrency through the benchmark driver (no NNI
 manager, no trial processes) on all the GPUs given last, for the rate NNI should approach.  --runner
-measures through TVM's RPC tracker instead (its servers' GPUs; `auto` concurrency counts them).
+measures through TVM's RPC tracker instead (its servers' GPUs; `auto` concurrency counts them); an RPC
+runner given among --gpus is one row of the same command, so that a pair of local GPUs and a pair of
+servers compare in one table.  Each rate is also given as a ratio to the first row's (`vs first`).
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ from experiments.write import auto_concurrency, concurrency_arg
 from trial import timeline
 from trial.inputs import number_type
 from trial.measure import Options
-from trial.remote import LOCAL, add_runner_argument
+from trial.remote import LOCAL, add_runner_argument, runner_arg
 from trial.results import Status
 from trial.workload import parse_name
 
@@ -67,6 +70,7 @@ HOPS = ("tuner holds", "to process", "imports", "parameters", "measure", "report
 SHOWN_STAGES = ("build", "lock_wait", "run")
 CPU_PARTS = ("trial process", "build", "run")
 RUN_PARTS = ("load", "tensors", "check", "timing")  # trial/service/runner.py's extra["run_s"]
+RPC = "rpc://"
 
 
 def _mean(values: list[float]) -> float | None:
@@ -191,13 +195,24 @@ def driver_rate(wl_name: str, tuner: str, trials: int, concurrency: int, gpus: s
     return len(run.trials) / run.wall_s
 
 
+def _gpu_set(text: str) -> str:
+    """argparse type of a --gpus item: CUDA_VISIBLE_DEVICES, or an RPC runner (checked)."""
+    return runner_arg(text) if text.startswith(RPC) else text
+
+
 def _cell(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    header = ["GPUs", "trialConcurrency", "trials", "ok", "trials/s", "incl. start", "start s", *HOPS,
-              "steady trials/s", *(f"of measure: {s}" for s in SHOWN_STAGES),
+def _ratio(value: float | None, first: float | None) -> str:
+    return "-" if not value or not first else f"{value / first:.2f}"
+
+
+def table(rows: list[dict[str, Any]], first: dict[str, Any] | None = None) -> str:
+    """The rows as a markdown table; each rate also as a ratio to `first`'s (the command's first row)."""
+    first = first or rows[0]
+    header = ["GPUs", "trialConcurrency", "trials", "ok", "trials/s", "vs first", "incl. start", "start s", *HOPS,
+              "steady trials/s", "vs first", *(f"of measure: {s}" for s in SHOWN_STAGES),
               *(f"of run: {p}" for p in RUN_PARTS), "device lock held",
               "lock free between trials s", "GPU before first and after last trial s",
               "host CPU s a trial", "cores busy",
@@ -206,8 +221,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         lines.append("| " + " | ".join([
             r["gpus"], str(r["concurrency"]), str(r["measured"]), str(r["ok"]), _cell(r["trials_per_s"]),
+            _ratio(r["trials_per_s"], first["trials_per_s"]),
             _cell(r["trials_per_s_with_start"]), _cell(r["start_s"], 1), *(_cell(r["hops"][h]) for h in HOPS),
-            _cell(r.get("steady_trials_per_s")), *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES),
+            _cell(r.get("steady_trials_per_s")), _ratio(r.get("steady_trials_per_s"), first.get("steady_trials_per_s")),
+            *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES),
             *(_cell(r.get("run_s", {}).get(p), 3) for p in RUN_PARTS),
             "-" if r.get("device_held") is None else f"{r['device_held']:.0%}", _cell(r.get("lock_free_s"), 3),
             _cell(r.get("device_ends_s"), 1),
@@ -226,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", nargs="+", default=["auto"], type=concurrency_arg,
                    help="trialConcurrency: a number, or auto (from the build workers and the GPUs; default); "
                         "one for every GPU set, or one a set")
-    p.add_argument("--gpus", nargs="+", help="CUDA_VISIBLE_DEVICES of each experiment, e.g. 0 0,1 (default: all)")
+    p.add_argument("--gpus", nargs="+", type=_gpu_set, help="CUDA_VISIBLE_DEVICES of each experiment, e.g. 0 0,1 (default: all), "
+                   "or an RPC runner rpc://HOST:PORT/KEY for one measured through its servers")
     p.add_argument("--tuner", default="opevo", choices=sorted(registry.TUNERS))
     p.add_argument("--target", default="auto", help="auto or a kind (llvm: the CPU)")
     add_runner_argument(p)
@@ -238,12 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.concurrency) not in (1, len(sets)):
         p.error(f"--concurrency: give one value, or one for each of the {len(sets)} --gpus sets")
     rows = []
-    for gpus, chosen in zip(sets, args.concurrency * len(sets) if len(args.concurrency) == 1 else args.concurrency):
+    for item, chosen in zip(sets, args.concurrency * len(sets) if len(args.concurrency) == 1 else args.concurrency):
+        runner, gpus = (item, None) if item and item.startswith(RPC) else (args.runner, item)
         count = len(gpus.split(",")) if gpus else None
-        concurrency = auto_concurrency(args.target, count, args.runner) if chosen == "auto" else chosen
+        concurrency = auto_concurrency(args.target, count, runner) if chosen == "auto" else chosen
         rows.append(experiment(args.workload, args.tuner, args.trials, concurrency, gpus, args.port, args.target,
-                               args.runner))
-        print(table(rows[-1:]), flush=True)
+                               runner))
+        print(table(rows[-1:], rows[0]), flush=True)
     print(f"\n## {args.workload}, {args.tuner}, {args.trials} trials through nnictl (devices: "
           f"{', '.join(sorted({d for r in rows for d in r['devices']}))})\n\n{table(rows)}")
     if args.driver:

@@ -104,3 +104,27 @@ def test_nnictl_pace_on_the_cpu(tmp_path, capsys):
     assert row["stages"]["build"] > 0 and 0 < row["trials_per_s_with_start"] < row["trials_per_s"]
     assert set(row["run_s"]) == set(nnipace.RUN_PARTS) and row["run_s"]["timing"] > 0  # the run's steps, measured
     assert "| all | 2 | 6 | 6 |" in printed
+
+
+def test_an_rpc_runner_among_the_gpu_sets_is_a_row_of_the_same_table(monkeypatch, capsys):
+    """`--gpus 0,1 rpc://...`: the local pair and the RPC pair in one command, each rate also as a ratio to the
+    first row's; the runner is checked as --runner is."""
+    ran = []
+
+    def experiment(wl, tuner, trials, concurrency, gpus, port, target, runner):
+        ran.append((gpus, runner, concurrency))
+        rate = 6.0 if runner == "local" else 4.5
+        return {"gpus": runner if runner != "local" else gpus, "concurrency": concurrency, "measured": trials,
+                "ok": trials, "devices": ["GPU"], "trials_per_s": rate, "trials_per_s_with_start": rate - 1,
+                "start_s": 7.0, "hops": {hop: 0.1 for hop in nnipace.HOPS}, "steady_trials_per_s": rate * 1.5,
+                "stages": {}, "run_s": {}}
+
+    monkeypatch.setattr(nnipace, "experiment", experiment)
+    assert nnipace.main(["mm/N512K1024M1024", "--trials", "8", "--gpus", "0,1", "rpc://127.0.0.1:9190/h200",
+                         "--concurrency", "32"]) == 0
+    assert ran == [("0,1", "local", 32), (None, "rpc://127.0.0.1:9190/h200", 32)]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| rpc://")]
+    assert lines[-1].startswith("| rpc://127.0.0.1:9190/h200 | 32 | 8 | 8 | 4.50 | 0.75 | 3.50 | 7.0 |")
+    assert "| 6.75 | 0.75 |" in lines[-1]  # the steady rate and its ratio to the local pair's
+    with pytest.raises(SystemExit):
+        nnipace.main(["mm/N512K1024M1024", "--gpus", "rpc://nohost"])
