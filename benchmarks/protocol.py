@@ -2,7 +2,7 @@
 
     python -m benchmarks.protocol [--quick] [--set study|held-out|all] [--tuners opevo gbfs na2c random metaschedule]
         [--seeds 5] [--trials 128] [--workers auto|N] [--parallel P] [--target auto|cuda|rocm|llvm] [--out DIR]
-        [--workloads op/spec ...] [--report] [--publish [PAGE]]
+        [--workloads op/spec ...] [--for SECONDS] [--report] [--publish [PAGE]]
 
 Every (workload, tuner, seed) is one run of `benchmarks.driver` with the experiments' classArgs
 (`experiments.registry`, no variants: the settings are frozen), its 3 best distinct configs re-timed
@@ -20,6 +20,9 @@ written to OUT/summary.md.
 
 --quick: the first study and held-out workloads, OpEvo only, 1 seed, 64 trials (one short GPU session);
 flags given with it still win.  --workloads replaces the sets by the given op/spec names.
+
+--for SECONDS starts no run after SECONDS (those under way finish and are recorded): a protocol spread
+over sessions of limited device time stops between runs rather than losing the runs a kill would cut.
 
 --report runs nothing: it prints (and with --publish, publishes) the report of the records under --out as
 far as they go, on any machine, its header saying the versions and dates the records give and how many of
@@ -40,6 +43,7 @@ import logging
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +93,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--publish", nargs="?", type=Path, const=PAGE, metavar="PAGE",
                    help=f"also write the report into PAGE (default {PAGE.relative_to(ROOT)}) and its plots beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--for", dest="for_s", type=number_type(float, 1, 1e7), metavar="SECONDS",
+                   help="start no run after SECONDS: the runs under way finish and are recorded, the others "
+                        "wait for the next invocation (a session's device time)")
     p.add_argument("--report", action="store_true",
                    help="run nothing: the report of the records under --out as far as they go (no GPU needed)")
     return p
@@ -165,9 +172,10 @@ def recorded(entry: Entry, tuner: str, args: argparse.Namespace) -> list[dict[st
 
 
 def report(sets: dict[str, tuple[Entry, ...]], args: argparse.Namespace, argv: list[str],
-           planned: int) -> tuple[str, list[str], dict[str, dict[str, list[dict[str, Any]]]]]:
+           planned: int) -> tuple[str, list[str], dict[str, dict[str, list[dict[str, Any]]]], int]:
     """The report of the records under --out: its header, a table per set (each run's ratio to its
-    workload's vendor figure, `protocol_report.vendor_of`), and per set and workload the records the plots show."""
+    workload's vendor figure, `protocol_report.vendor_of`), per set and workload the records the plots show,
+    and how many runs of the tuners are recorded."""
     tables, seen, plotted, found_all, runs_found = [], [], {}, [], 0
     for title, entries in sets.items():
         rows, with_vendor, plotted[title] = [], False, {}
@@ -193,7 +201,7 @@ def report(sets: dict[str, tuple[Entry, ...]], args: argparse.Namespace, argv: l
     where = _device(args.target, seen) if seen or not args.report else "none recorded"
     head = (protocol_report.recorded_header(argv, where, found_all, runs_found, planned) if args.report
             else protocol_report.header(argv, where))
-    return head, tables, plotted
+    return head, tables, plotted, runs_found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,12 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(err))
     logging.getLogger("nni").setLevel(logging.WARNING)
     options = Options(target=args.target, min_repeat_ms=args.min_repeat_ms)
+    args.deadline = time.monotonic() + args.for_s if args.for_s else None
     failed: list[str] = []
     jobs = [(entry, tuner, seed) for entries in sets.values() for entry in entries
             for tuner in args.tuners for seed in range(args.seeds)]
     entries = [entry for found in sets.values() for entry in found]
     ran = 0 if args.report else protocol_jobs.run_all(jobs, entries, args, options, records, failed)
-    head, tables, plotted = report(sets, args, argv, len(jobs))
+    head, tables, plotted, recorded_runs = report(sets, args, argv, len(jobs))
     text = "\n\n".join([f"# Benchmark protocol\n\n{head}", *tables])
     if failed:
         text += "\n\n**Runs that failed** (not recorded, so run again next time):\n\n" + "".join(
@@ -229,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         protocol_publish.publish(args.publish, text, images)
         print(f"wrote the report into {args.publish} and {len(images)} plots beside it", file=sys.stderr)
     wrote = "" if args.report else f"; wrote {args.out / 'summary.md'}"
-    print(f"{ran} runs measured, the others read from {args.out}{wrote}", file=sys.stderr)
+    left = f"; {len(jobs) - recorded_runs} runs of the tuners not recorded yet" if recorded_runs < len(jobs) else ""
+    print(f"{ran} runs measured, the others read from {args.out}{wrote}{left}", file=sys.stderr)
     return 1 if failed else 0
 
 

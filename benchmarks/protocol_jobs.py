@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import queue
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +37,11 @@ def path(job: Job, args: argparse.Namespace) -> Path:
     return protocol_run.path(args.out, parse_name(entry.workload), tuner, seed, args.trials, args.workers)
 
 
+def past_deadline(args: argparse.Namespace) -> bool:
+    """Whether --for's seconds are over, so that no further run starts (the runs under way finish)."""
+    return args.deadline is not None and time.monotonic() >= args.deadline
+
+
 def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, records: Records,
                 failed: list[str], parallel: int, shares: list[placement.Share] | None = None) -> int:
     """Run and save every job without a record, `parallel` at a time (each in a share of the host of its
@@ -49,6 +55,9 @@ def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, rec
         entry, tuner, seed = job
         wl = parse_name(entry.workload)
         share = free.get()
+        if past_deadline(args):  # left for the next invocation
+            free.put(share)
+            return 0
         try:
             record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options, records,
                                       not args.no_progress and parallel == 1, share=share)
@@ -84,7 +93,7 @@ def alone_missing(name: str, entries: list[Entry], args: argparse.Namespace, opt
     for entry in entries:
         wl = parse_name(entry.workload)
         target = where(args.out, wl)
-        if protocol_run.load(target) is not None:
+        if protocol_run.load(target) is not None or past_deadline(args):
             continue
         try:
             record = timed(wl, entry.model, device(args.target), options)

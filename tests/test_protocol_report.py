@@ -2,6 +2,7 @@
 records of a protocol as far as it has come and runs nothing."""
 import shlex
 import threading
+import time
 
 import pytest
 
@@ -130,3 +131,22 @@ def test_the_published_table_is_what_the_committed_records_give(tmp_path, monkey
     assert protocol.main(argv) == 0
     assert written["section"] == f"{begin}{published}{end}"
     assert sorted(p.name for p in drawn.iterdir()) == sorted(p.name for p in (page.parent / "protocol").iterdir())
+
+
+def test_for_seconds_starts_no_run_after_them_and_the_next_invocation_runs_the_rest(tmp_path, capsys, monkeypatch):
+    out, started = tmp_path / "out", []
+
+    def one(wl, model, tuner, seed, *args, **kwargs):
+        started.append((tuner, seed))
+        time.sleep(0.7)
+        return {"workload": WORKLOAD, "tuner": tuner, "seed": seed, "best_gflops": 1.0, "device": "CPU",
+                "to_fraction": {"fraction": 0.95, "trials": 1, "seconds": 0.1}, "finished": "2026-11-28T00:00:00Z"}
+
+    monkeypatch.setattr(protocol_run, "one", one)
+    assert protocol.main(argv(out, "--workers", "1", "--for", "1")) == 0
+    first = len(started)
+    assert 1 <= first < 4 and len(list(out.rglob("*-t8-w1-s*.json"))) == first  # those under way finished
+    assert f"{4 - first} runs of the tuners not recorded yet" in capsys.readouterr().err
+    assert protocol.main(argv(out, "--workers", "1")) == 0
+    assert len(started) == 4 and len(set(started)) == 4  # the rest, none again
+    assert "not recorded yet" not in capsys.readouterr().err
