@@ -43,10 +43,11 @@ def past_deadline(args: argparse.Namespace) -> bool:
 
 
 def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, records: Records,
-                failed: list[str], parallel: int, shares: list[placement.Share] | None = None) -> int:
+                failed: list[str], parallel: int, shares: list[placement.Share] | None = None,
+                left: list[Job] | None = None) -> int:
     """Run and save every job without a record, `parallel` at a time (each in a share of the host of its
     own, where `shares` are given); returns how many ran.  A run that raises is logged and named in
-    `failed`, and left out (it runs again next time)."""
+    `failed`, and left out (it runs again next time); one not started by --for's end goes into `left`."""
     free: queue.SimpleQueue[placement.Share | None] = queue.SimpleQueue()
     for share in shares or [None] * parallel:
         free.put(share)
@@ -57,6 +58,8 @@ def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, rec
         share = free.get()
         if past_deadline(args):  # left for the next invocation
             free.put(share)
+            if left is not None:
+                left.append(job)
             return 0
         try:
             record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options, records,
@@ -84,16 +87,17 @@ ALONE: dict[str, tuple[Timed, Callable[[Path, Workload], Path]]] = {
 
 
 def alone_missing(name: str, entries: list[Entry], args: argparse.Namespace, options: Options,
-                  failed: list[str]) -> int:
+                  failed: list[str], deadline: bool = True) -> int:
     """Time `name` (of ALONE) on each workload without its record, one at a time after the runs, so that it
     has the device and the host to itself; returns how many were recorded.  One that raises is named in
-    `failed` (the protocol goes on; it runs again next time)."""
+    `failed` (the protocol goes on; it runs again next time).  With `deadline`, none starts after --for's
+    end."""
     timed, where = ALONE[name]
     ran = 0
     for entry in entries:
         wl = parse_name(entry.workload)
         target = where(args.out, wl)
-        if protocol_run.load(target) is not None or past_deadline(args):
+        if protocol_run.load(target) is not None or (deadline and past_deadline(args)):
             continue
         try:
             record = timed(wl, entry.model, device(args.target), options)
@@ -109,11 +113,15 @@ def alone_missing(name: str, entries: list[Entry], args: argparse.Namespace, opt
 
 def run_all(jobs: list[Job], entries: list[Entry], args: argparse.Namespace, options: Options,
             records: Records, failed: list[str]) -> int:
-    """Run every job without a record (MetaSchedule's after the others), then time each workload's vendor
-    and (unless --no-peer) its peer alone; how many ran."""
-    alone = [job for job in jobs if metaschedule.is_label(job[1])]
-    ran = run_missing([job for job in jobs if job not in alone], args, options, records, failed, args.parallel)
-    ran += run_missing(alone, args, options, records, failed, args.metaschedule_parallel, args.shares)
-    for name in ALONE if not args.no_peer else ["vendor"]:
-        ran += alone_missing(name, entries, args, options, failed)
+    """Run every job without a record (MetaSchedule's after the others), then time alone each workload's
+    vendor (where no run of it waits for the next invocation: seconds each, so even after --for's end) and,
+    unless --no-peer, its peer; how many ran."""
+    alone, left = [job for job in jobs if metaschedule.is_label(job[1])], []
+    ran = run_missing([job for job in jobs if job not in alone], args, options, records, failed, args.parallel,
+                      left=left)
+    ran += run_missing(alone, args, options, records, failed, args.metaschedule_parallel, args.shares, left)
+    waiting = {job[0] for job in left}
+    ran += alone_missing("vendor", [e for e in entries if e not in waiting], args, options, failed, deadline=False)
+    if not args.no_peer:
+        ran += alone_missing(protocol_run.PEER, entries, args, options, failed)
     return ran

@@ -142,11 +142,14 @@ def test_for_seconds_starts_no_run_after_them_and_the_next_invocation_runs_the_r
         return {"workload": WORKLOAD, "tuner": tuner, "seed": seed, "best_gflops": 1.0, "device": "CPU",
                 "to_fraction": {"fraction": 0.95, "trials": 1, "seconds": 0.1}, "finished": "2026-11-28T00:00:00Z"}
 
+    vendor = protocol_run.vendor_path(out, parse_name(WORKLOAD))
     monkeypatch.setattr(protocol_run, "one", one)
+    monkeypatch.setattr(protocol_run, "baseline", lambda *args, **kwargs: {"library": "BLAS", "gflops": 2.0})
     assert protocol.main(argv(out, "--workers", "1", "--for", "1")) == 0
     first = len(started)
     assert 1 <= first < 4 and len(list(out.rglob("*-t8-w1-s*.json"))) == first  # those under way finished
     assert f"{4 - first} runs of the tuners not recorded yet" in capsys.readouterr().err
+    assert not vendor.exists()  # timed once no run of the workload waits
     assert protocol.main(argv(out, "--workers", "1")) == 0
     assert len(started) == 4 and len(set(started)) == 4  # the rest, none again
-    assert "not recorded yet" not in capsys.readouterr().err
+    assert "not recorded yet" not in capsys.readouterr().err and vendor.exists()
