@@ -101,7 +101,8 @@ def vendor_of(alone: dict[str, Any] | None, runs: list[dict[str, Any]]) -> Vendo
     record), else the median of the figures timed beside each run, as records written before the vendor was
     timed alone have them (beside runs that shared its process, some of those read slow)."""
     if alone and alone.get("gflops"):
-        return alone["gflops"], "alone"
+        differs = ", its output differs from the float64 reference" if alone.get("check") else ""
+        return alone["gflops"], "alone" + differs
     beside = [r["vendor"]["gflops"] for r in runs if r.get("vendor") and r["vendor"].get("gflops")]
     if beside:
         return float(np.median(beside)), f"median of {len(beside)} beside runs"
@@ -115,7 +116,7 @@ def with_ratio(record: dict[str, Any], vendor: Vendor) -> dict[str, Any]:
 
 def _vendor_cell(vendor: Vendor) -> str:
     gflops, how = vendor
-    return "-" if gflops is None else f"{gflops:.1f}" + ("" if how == "alone" else f" ({how})")
+    return "-" if gflops is None else f"{gflops:.1f}" + ("" if how == "alone" else f" ({how.removeprefix('alone, ')})")
 
 
 def row(entry: Entry, tuner: str, records: list[dict[str, Any]], vendor: Vendor = (None, "")) -> list[str]:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from benchmarks import protocol, protocol_jobs, protocol_publish, protocol_report, protocol_run
+from benchmarks import protocol, protocol_jobs, protocol_publish, protocol_report, protocol_run, workloads
 from trial.workload import parse_name
 
 WORKLOAD = "mm/N32K32M32"
@@ -67,6 +67,9 @@ def test_a_vendor_timed_alone_is_every_runs_denominator():
     assert protocol_report.vendor_of(None, runs) == (6.0, "median of 1 beside runs")
     assert protocol_report.vendor_of(None, runs[1:]) == (None, "")
     assert protocol_report.with_ratio(runs[1], (None, ""))["ratio"] is None
+    differs = protocol_report.vendor_of({"gflops": 32.0, "check": "max relative error 0.3"}, runs)
+    assert protocol_report.row(workloads.Entry(WORKLOAD, "m"), "opevo", [], differs)[-1] == (
+        "32.0 (its output differs from the float64 reference)")
 
 
 @pytest.mark.parametrize("saved, why", [([], "no run records of 8 trials under"),
