@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(entry, tuner, seed) for entries in sets.values() for entry in entries
             for tuner in args.tuners for seed in range(args.seeds)]
     entries = [entry for found in sets.values() for entry in found]
-    ran = 0 if args.report else protocol_jobs.run_all(jobs, entries, args, options, records, failed)
+    ran, timed = (0, 0) if args.report else protocol_jobs.run_all(jobs, entries, args, options, records, failed)
     head, tables, plotted, recorded_runs = report(sets, args, argv, len(jobs))
     text = "\n\n".join([f"# Benchmark protocol\n\n{head}", *tables])
     if failed:
@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote the report into {args.publish} and {len(images)} plots beside it", file=sys.stderr)
     wrote = "" if args.report else f"; wrote {args.out / 'summary.md'}"
     left = f"; {len(jobs) - recorded_runs} runs of the tuners not recorded yet" if recorded_runs < len(jobs) else ""
-    print(f"{ran} runs measured, the others read from {args.out}{wrote}{left}", file=sys.stderr)
+    alone = f" ({timed} vendor or peer timings alone)" if timed else ""
+    print(f"{ran} runs measured{alone}, the others read from {args.out}{wrote}{left}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -112,16 +112,16 @@ def alone_missing(name: str, entries: list[Entry], args: argparse.Namespace, opt
 
 
 def run_all(jobs: list[Job], entries: list[Entry], args: argparse.Namespace, options: Options,
-            records: Records, failed: list[str]) -> int:
+            records: Records, failed: list[str]) -> tuple[int, int]:
     """Run every job without a record (MetaSchedule's after the others), then time alone each workload's
     vendor (where no run of it waits for the next invocation: seconds each, so even after --for's end) and,
-    unless --no-peer, its peer; how many ran."""
+    unless --no-peer, its peer; how many runs ran, and how many timings alone."""
     alone, left = [job for job in jobs if metaschedule.is_label(job[1])], []
     ran = run_missing([job for job in jobs if job not in alone], args, options, records, failed, args.parallel,
                       left=left)
     ran += run_missing(alone, args, options, records, failed, args.metaschedule_parallel, args.shares, left)
     waiting = {job[0] for job in left}
-    ran += alone_missing("vendor", [e for e in entries if e not in waiting], args, options, failed, deadline=False)
+    timed = alone_missing("vendor", [e for e in entries if e not in waiting], args, options, failed, deadline=False)
     if not args.no_peer:
-        ran += alone_missing(protocol_run.PEER, entries, args, options, failed)
-    return ran
+        timed += alone_missing(protocol_run.PEER, entries, args, options, failed)
+    return ran, timed

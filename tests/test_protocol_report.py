@@ -107,8 +107,9 @@ def test_the_vendor_is_timed_once_a_workload_after_every_run_with_no_run_in_flig
     monkeypatch.setattr(protocol_run, "baseline", library)
     assert protocol.main(argv(out, "--workers", "1", "--parallel", "2", "--min-repeat-ms", "1")) == 0
     assert seen == [(WORKLOAD, 0, True)]
-    text = capsys.readouterr().out
-    assert row_of(text, "opevo").endswith("| 2.0 |") and "(median" not in text
+    printed = capsys.readouterr()
+    assert row_of(printed.out, "opevo").endswith("| 2.0 |") and "(median" not in printed.out
+    assert "4 runs measured (1 vendor or peer timings alone)" in printed.err
     assert protocol.main(argv(out, "--workers", "1", "--min-repeat-ms", "1")) == 0 and len(seen) == 1
 
 
