@@ -19,7 +19,12 @@ device runners, as for nnictl trials), and `drive` plays NNI 3.0's dispatcher an
   answered short (NNI's "no more trials", `NoMoreTrialError`) and has nothing left to send.
 
 NNI's built-in tuners search the standard-type twin of the space (`searchspace.twin_space`); their
-parameters go to `measure` as they are and the trial decodes them (`from_twin`), as under nnictl.
+parameters go to `measure` as they are and the trial decodes them (`from_twin`), as under nnictl.  The
+twin's types cannot say which combinations of values break the device's rules, so those tuners propose
+kernels that cannot run (on some templates, most of NNI Random's proposals): such a proposal goes back to
+the tuner as the failed trial it is but does not count against the budget (the run's `rejected`), so
+that every tuner is compared on as many kernels that run, up to REJECTED_PER_TRIAL rejections a trial of
+the budget.
 """
 from __future__ import annotations
 
@@ -46,7 +51,7 @@ from trial import templates
 from trial.constraints import KernelRules
 from trial.measure import Options, device, measure
 from trial.records import Records
-from trial.results import MeasureResult
+from trial.results import MeasureResult, Status
 from trial.target import Target
 from trial.workload import Workload
 
@@ -72,6 +77,9 @@ class SeededEvolutionTuner(EvolutionTuner):
         for _ in range(self.population_size):
             self._random_generate_individual()
 
+
+REJECTED_PER_TRIAL = 20
+"""A run ends ("rejected") once its tuner proposed this many kernels that break the rules per trial of its budget."""
 
 _BUILTIN_CLASSES = {"Random": "nni.algorithms.hpo.random_tuner.RandomTuner",
                     "Evolution": "benchmarks.driver.SeededEvolutionTuner"}
@@ -150,7 +158,8 @@ class Run:
     tuner_s: float = 0.0  # time spent inside the tuner's methods (MetaSchedule: its search and cost model)
     setup_s: float = 0.0  # one-off start-up before the first trial (MetaSchedule's process and imports)
     workers: int = 1  # trials measured at once (the trial concurrency; MetaSchedule: 1)
-    ended: str = ""  # "budget", or "no more trials" when the tuner ran out first
+    ended: str = ""  # "budget", "no more trials" when the tuner ran out first, or "rejected" (REJECTED_PER_TRIAL)
+    rejected: int = 0  # proposals that break the device's rules: answered, not counted (`drive`)
     final: MeasureResult | None = None  # MetaSchedule: its best schedule timed through the suite's run path
     finalists: list[MeasureResult] = field(default_factory=list)  # MetaSchedule: its top schedules, each timed so
     experiment: str | None = None  # the records' experiment name
@@ -173,7 +182,8 @@ def _timed(evaluate: Evaluate, params: dict[str, Any]) -> tuple[MeasureResult, f
 
 def drive(tuner: Tuner, search_space: dict[str, Any], trials: int, workers: int, evaluate: Evaluate,
           on_trial: Callable[[Trial], None] | None = None) -> Run:
-    """Run `tuner` on `search_space` for up to `trials` trials, `workers` at a time, as NNI would.
+    """Run `tuner` on `search_space` for up to `trials` trials, `workers` at a time, as NNI would; a
+    proposal that breaks the device's rules (status `invalid`) is answered but not counted (`Run.rejected`).
 
     `evaluate` measures one configuration (given as the trial receives it) in a worker thread; the
     tuner is only ever called from this thread.  Returns the run with tuner and seed left blank.
@@ -184,15 +194,17 @@ def drive(tuner: Tuner, search_space: dict[str, Any], trials: int, workers: int,
     start = time.perf_counter()
     nni_side = Dispatcher(tuner)
     running: dict[Future, int] = {}
-    submitted = 0
+
+    def more() -> bool:  # the budget is not yet measured or under way, and the tuner may still propose
+        return len(run.trials) + len(running) < trials and run.rejected < REJECTED_PER_TRIAL * trials
+
     nni_side.start(search_space)
     nni_side.request(workers)
     with ThreadPoolExecutor(workers, thread_name_prefix="trial") as pool:
         while True:
-            while len(running) < workers and submitted < trials and (job := nni_side.next_job()):
+            while len(running) < workers and more() and (job := nni_side.next_job()):
                 parameter_id, params = job
                 running[pool.submit(_timed, evaluate, params)] = parameter_id
-                submitted += 1
             if not running:
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -200,15 +212,19 @@ def drive(tuner: Tuner, search_space: dict[str, Any], trials: int, workers: int,
                 parameter_id = running.pop(future)
                 result, seconds = future.result()
                 nni_side.finish(parameter_id, result.report(parameter_id))
+                if result.status == Status.INVALID:
+                    run.rejected += 1
+                    continue
                 trial = Trial(len(run.trials) + 1, parameter_id, result, time.perf_counter() - start, seconds)
                 run.trials.append(trial)
                 if on_trial:
                     on_trial(trial)
-            if submitted < trials:
+            if more():
                 nni_side.request(len(done))
     run.tuner_s = nni_side.tuner_s
     run.wall_s = time.perf_counter() - start
-    run.ended = "budget" if submitted >= trials else "no more trials"
+    run.ended = ("budget" if len(run.trials) >= trials else
+                 "rejected" if run.rejected >= REJECTED_PER_TRIAL * trials else "no more trials")
     return run
 
 

@@ -38,6 +38,7 @@ def test_protocol_records_each_run_resumes_and_prints_the_tables(tmp_path, capsy
     for name in expected:
         record = json.loads((out / name).read_text())
         assert record["trials"] == len(record["curve"]) == TRIALS and record["budget"] == TRIALS
+        assert record["rejected"] == 0  # the suite's tuners keep the rules
         assert record["class_args"] == protocol_run.class_args(record["tuner"], WORKERS)
         retimed = record["retimed"]
         assert 1 <= len(retimed) <= protocol_run.RETIMED
