@@ -1,4 +1,6 @@
 """How TVM's timer is sized where a kernel is timed call by call (the CPU, ROCm, a GPU through RPC)."""
+import math
+
 from trial import run
 from trial.measure import Options, measure
 from trial.workload import parse
@@ -24,7 +26,8 @@ def test_a_repeat_is_sized_on_a_loop_of_calls_so_that_it_fills_min_repeat_ms_at_
     loop, repeats, _ = kernel.timers[-1]
     assert loop * single >= 0.8 * run.LOOP_S and repeats == 1  # one short loop of calls, about LOOP_S
     assert 40e-3 <= number * kernel.kernel_s <= run.MARGIN * 40e-3 * 1.05  # fills a repeat, not much more
-    assert run.MARGIN * 40e-3 / single * kernel.kernel_s < 40e-3  # sized on the lone call it would fall short
+    alone = math.ceil(run.MARGIN * 40e-3 / single)  # a count sized on the lone call
+    assert number > alone and alone * kernel.kernel_s < 40e-3  # which would have fallen short
 
 
 def test_a_kernel_longer_than_the_loop_is_called_once_to_size_the_timer():
