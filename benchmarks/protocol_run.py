@@ -56,6 +56,12 @@ def peer_path(out: Path, wl: Workload) -> Path:
     return out / wl.op / wl.key.split("/", 1)[1] / "torch-compile.json"
 
 
+def stamp(options: Options) -> dict[str, Any]:
+    """What every record says of how and when it was measured: the options, the versions, the time (UTC)."""
+    return {"options": asdict(options), "versions": versions(),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
 def vendor_path(out: Path, wl: Workload) -> Path:
     """Where the record of the vendor library timed alone on `wl` lives, beside the tuners' runs."""
     return out / wl.op / wl.key.split("/", 1)[1] / "vendor.json"
@@ -67,8 +73,7 @@ def vendor(wl: Workload, model: str, target: Any, options: Options) -> dict[str,
     library = baseline(wl, target, options.repeat, options.min_repeat_ms)
     if library is None:
         return None
-    return {"workload": wl.name, "key": wl.key, "model": model, **library, "options": asdict(options),
-            "versions": versions(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {"workload": wl.name, "key": wl.key, "model": model, **library, **stamp(options)}
 
 
 def peer(wl: Workload, model: str, target: Any, options: Options) -> dict[str, Any] | None:
@@ -84,8 +89,7 @@ def peer(wl: Workload, model: str, target: Any, options: Options) -> dict[str, A
     library = baseline(wl, target, options.repeat, options.min_repeat_ms) if "error" not in compiled else None
     return {"workload": wl.name, "key": wl.key, "model": model, "peer": PEER, "mode": COMPILE_MODE, **compiled,
             "vendor": library, "ratio": compiled["gflops"] / library["gflops"] if library else None,
-            "options": asdict(options), "versions": versions(),
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            **stamp(options)}
 
 
 def save(target: Path, record: dict[str, Any]) -> None:
@@ -167,7 +171,7 @@ def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: i
     to_trials, to_seconds = time_to_fraction(run.trials, FRACTION)
     return {
         "workload": wl.name, "key": wl.key, "model": model, "tuner": tuner, "seed": seed,
-        "class_args": class_args(tuner, workers), "budget": trials, "workers": workers, "options": asdict(options),
+        "class_args": class_args(tuner, workers), "budget": trials, "workers": workers,
         "device": next((t.result.device for t in run.trials if t.result.device), ""), "target": where,
         "trials": len(run.trials), "rejected": run.rejected, "ended": run.ended, "wall_s": run.wall_s,
         "tuner_s": run.tuner_s,
@@ -175,6 +179,6 @@ def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: i
         "retimed": retimed, "best_gflops": best, "best_params": top["params"] if best > 0 else None,
         "to_fraction": {"fraction": FRACTION, "trials": to_trials, "seconds": to_seconds},
         "curve": [[t.index, round(t.finished_s, 3), str(t.result.status), t.result.gflops] for t in run.trials],
-        "versions": versions(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **stamp(options),
         **({"share": share.describe()} if share else {}),
     }
