@@ -159,6 +159,6 @@ def table(title: str, rows: list[list[str]], with_vendor: bool) -> str:
                  "compilation and autotuning took.  Vendor: the library timed alone once per workload after its "
                  "runs, every run's ratio divided by it (the peer's by the library timed right after it).")
     if not with_vendor:
-        lines.append("Vendor ratios are absent: no vendor figure here (cuBLAS/cuDNN are timed through PyTorch on "
-                     "CUDA devices only).")
+        lines.append("Vendor ratios are absent: no vendor figure is recorded for these workloads yet (cuBLAS and "
+                     "cuDNN are timed through PyTorch, on CUDA devices only, once a workload's runs are done).")
     return "\n".join(lines)
