@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 BY_OP = {"mm": "trial.templates.matmul", "bmm": "trial.templates.matmul", "conv": "trial.templates.conv2d"}
 TENSOR_CORE = "trial.templates.tensorcore"  # mm and bmm in the narrow types (trial/dtypes.py)
-WGMMA = "trial.templates.wgmma"  # float16 and bfloat16 mm on Hopper (its `applies`)
+WGMMA = "trial.templates.wgmma"  # mm on Hopper in 16-bit types, and in 8-bit ones with K-major operands (its `takes`)
 SIMT = "trial.templates.simt"  # float32 mm on Hopper (its `applies`)
 
 
@@ -44,7 +44,7 @@ def candidates(wl: Workload) -> list[Any]:
     if not wl.element.mma_k:
         hopper = wl.op == "mm" and wl.dtype == "float32"
         return [importlib.import_module(m) for m in ((SIMT, BY_OP[wl.op]) if hopper else (BY_OP[wl.op],))]
-    hopper = wl.op == "mm" and wl.dtype in ("float16", "bfloat16")
+    hopper = importlib.import_module(WGMMA).takes(wl)
     return [importlib.import_module(m) for m in ((WGMMA, TENSOR_CORE) if hopper else (TENSOR_CORE,))]
 
 

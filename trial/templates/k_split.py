@@ -23,25 +23,27 @@ def slice_rules() -> list[Rule]:
 
 
 def partial_floats(rows: int, cols: int, slices: int, split: int) -> int:
-    """The float32 tiles of a rows x cols block tile that K slices 1.. hand to slice 0, or (not both at once, in
+    """The 4-byte sums (float32, or int8's int32) of the tiles of a rows x cols block tile that K slices 1.. hand to slice 0, or (not both at once, in
     the same shared region) a split CTA to its cluster."""
     return rows * cols * max(slices - 1, split > 1)
 
 
-def peer_sum(split: int) -> Any:
+def peer_sum(split: int, acc_type: str = "float32") -> Any:
     """A TIRx macro `(acc, j, local, peer_sums, peer)`: acc[4j:4j + 4] = the sum over the cluster's `split` CTAs, in
-    rank order (the same sums in every CTA and run), of the four floats at `local`, a pointer into this CTA's
+    rank order (the same sums in every CTA and run), of the four sums at `local`, a pointer into this CTA's
     partial tile, in each CTA's shared memory (`mapa`, `ld.shared::cluster`, every CTA's load in flight at once).
-    `peer_sums` (4 x `split` floats) and `peer` (one address) are the caller's local buffers."""
+    `peer_sums` (4 x `split` of `acc_type`, float32 or uint32) and `peer` (one address) are the caller's local
+    buffers."""
     from tvm.script import tirx as T
+
+    load = f"ld.shared::cluster.v4.{'u32' if acc_type == 'uint32' else 'f32'}"
 
     # fmt: off
     @T.macro
     def macro(acc, j, local, peer_sums, peer):
         for r in T.unroll(0, split):
             T.ptx.mapa.shared__cluster.u32(peer[0], T.cuda.cvta_generic_to_shared(local), T.uint32(r))
-            T.ptx.ld.shared__cluster.v4.f32(peer_sums[r * 4], peer_sums[r * 4 + 1], peer_sums[r * 4 + 2],
-                                            peer_sums[r * 4 + 3], peer[0])
+            T.ptx[load](peer_sums[r * 4], peer_sums[r * 4 + 1], peer_sums[r * 4 + 2], peer_sums[r * 4 + 3], peer[0])
         # the sums go to acc[4j:4j + 4], free by now: a place of their own for each j, since TVM's CUDA codegen
         # reuses a vector load of the same text within a scope (stale sums)
         for v in T.unroll(0, 4):

@@ -1,5 +1,5 @@
-"""Float16 and bfloat16 matmul on Hopper's warpgroup MMA (wgmma, CUDA sm_90a), written in TVM's TIRx script
-layer.
+"""Float16, bfloat16, float8 e4m3 and int8 matmul on Hopper's warpgroup MMA (wgmma, CUDA sm_90a), written in
+TVM's TIRx script layer.
 
 The `mma.sync` kernels of tensorcore.py load every fragment from shared memory into registers with
 `ldmatrix`; on an H100 they reach about 45 % of cuBLAS on the study's float16 matmuls.  Here a
@@ -12,9 +12,11 @@ sizes as knobs, compiled with TVM's "tirx" pipeline, rather than a schedule of `
 
 Knobs:
   rows      discrete [64, 128]            block tile rows (N): one or two warpgroups of 64 rows each
-  cols      discrete [64, 128, 192, 256]  block tile columns (M): the n of each m64nNk16 wgmma
-  stages    discrete [2, ..., 14]         shared buffers of 64-deep K tiles in flight (as many as the
-                                          device's shared memory holds: 14 of 64 x 64 tiles, 7 of 128 x 128)
+  cols      discrete [64, 128, 192, 256]  block tile columns (M): the n of each m64nNk16 (k32: 8-bit) wgmma;
+                                          int8's wgmma takes at most 224
+  stages    discrete [2, ..., 14]         shared buffers of 128-byte-deep K tiles in flight (64 elements of a
+                                          16-bit type, 128 of an 8-bit one; as many as the device's shared
+                                          memory holds: 14 of 64 x 64 tiles, 7 of 128 x 128)
   in_flight discrete [0, 1]               wgmma groups left running when a stage is refilled: with 1 the
                                           refill waits only for the previous K tile's group
   producer  discrete [0, 1]               who issues the copies: 0, the first thread, after all threads
@@ -38,8 +40,8 @@ Knobs:
 
 The kernel: wgmma_kernel.py; its shared layout and descriptors: wgmma_operand.py.
 
-Only float16 or bfloat16 mm whose N, M and K divide by 64 on sm_90 (`applies`); elsewhere tensorcore.py
-serves.
+Only mm on sm_90 whose N and M divide by 64 and K by the K tile, with both operands K-major (PNT) for the
+8-bit types (`applies`); elsewhere tensorcore.py serves.
 """
 from __future__ import annotations
 
@@ -49,8 +51,8 @@ from ..constraints import Rule
 from ..workload import Workload
 from .k_split import slice_rules
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
-from .wgmma_kernel import PTX_TYPES, WARPGROUP, kernel, shared_bytes
-from .wgmma_operand import K_TILE
+from .wgmma_kernel import WARPGROUP, WGMMA_TYPES, kernel, shared_bytes
+from .wgmma_operand import k_tile
 
 if TYPE_CHECKING:
     import tvm
@@ -65,10 +67,20 @@ __all__ = ["applies", "search_space", "upgrade", "default_params", "prim_func", 
            "compile_kernel"]
 
 
+INT_MAX_COLS = 224  # the widest int8 wgmma (m64n224k32)
+
+
+def takes(wl: Workload) -> bool:
+    """Whether the kernel is written for `wl`'s op, types and layout: mm in a type of WGMMA_TYPES, the 8-bit
+    types with both operands K-major (PNT)."""
+    return wl.op == "mm" and wl.dtype in WGMMA_TYPES and (wl.element.itemsize == 2 or wl.layout == "NT")
+
+
 def applies(wl: Workload, target: Target | None) -> bool:
-    """Whether this template serves `wl` on `target`: float16 or bfloat16 mm, dimensions in 64s, a Hopper GPU."""
-    return (target is not None and target.kind == "cuda" and target.cuda_arch == 90 and wl.op == "mm"
-            and wl.dtype in PTX_TYPES and all(wl.dims[d] % K_TILE == 0 for d in "NKM"))
+    """Whether this template serves `wl` on `target`: `takes(wl)`, N and M in 64s and K in K tiles, a Hopper GPU."""
+    d = wl.dims
+    return (target is not None and target.kind == "cuda" and target.cuda_arch == 90 and takes(wl)
+            and d["N"] % 64 == 0 and d["M"] % 64 == 0 and d["K"] % k_tile(wl.element.itemsize) == 0)
 
 
 def search_space(wl: Workload) -> dict[str, Any]:
@@ -106,7 +118,7 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     the others' sums), as ptxas counts them (at most 41 over the 200 sliced configs of two shapes without
     spills; 128 x 128 sliced tiles of 640 threads, capped at 96, spill)."""
     threads = WARPGROUP * (p["rows"] // 64 * p["slices"] + p["producer"])
-    return {"threads": threads, "thread_dims": (threads, 1, 1), "shared_bytes": shared_bytes(p),
+    return {"threads": threads, "thread_dims": (threads, 1, 1), "shared_bytes": shared_bytes(p, wl.out_itemsize),
             "registers_per_thread": p["cols"] // 2 + (26 if p["slices"] == 1 else 42), "exact_cuda_arch": 90}
 
 
@@ -120,9 +132,12 @@ def rules(wl: Workload) -> list[Rule]:
     or hung on an H100), and the stages outnumber what the slices hold (a stage is refilled once its
     tile's slice has committed `in_flight` tiles after it: stages 2, in_flight 1, slices 2 hung).
     tests/test_wgmma_pipeline.py checks both against every interleaving of a model of the pipeline."""
-    d = wl.dims
-    return [Rule(lambda r, c: float(d["K"] % K_TILE != 0), 0.0, grows=False,
-                 message=lambda r, c: f"K {d['K']} is not a multiple of the {K_TILE}-deep K tile"),
+    d, depth = wl.dims, k_tile(wl.element.itemsize)
+    widest = INT_MAX_COLS if wl.element.is_integer else max(search_space(wl)["cols"]["_value"])
+    return [Rule(lambda r, c: float(d["K"] % depth != 0), 0.0, grows=False,
+                 message=lambda r, c: f"K {d['K']} is not a multiple of the {depth}-deep K tile"),
+            Rule(lambda r, c: float(c["cols"] > widest), 0.0, grows=False,
+                 message=lambda r, c: f"cols {c['cols']} > {widest}, the widest int8 wgmma"),
             Rule(lambda r, c: float(d["N"] % (c["rows"] * c["cluster"]) != 0), 0.0, grows=False,
                  message=lambda r, c: f"rows {c['rows']}{' x cluster 2' if c['cluster'] > 1 else ''} do not divide "
                                       f"N {d['N']}"),
@@ -131,10 +146,10 @@ def rules(wl: Workload) -> list[Rule]:
                                       "cluster 2 needs producer 1"),
             Rule(lambda r, c: float(d["M"] % c["cols"] != 0), 0.0, grows=False,
                  message=lambda r, c: f"cols {c['cols']} do not divide M {d['M']}"),
-            Rule(lambda r, c: float(d["K"] // K_TILE % c["split"] != 0), 0.0, grows=False,
-                 message=lambda r, c: f"split {c['split']} does not divide K's {d['K'] // K_TILE} tiles of {K_TILE}"),
-            Rule(lambda r, c: float(d["K"] // K_TILE // c["split"] % c["slices"] != 0), 0.0, grows=False,
-                 message=lambda r, c: f"slices {c['slices']} do not divide a CTA's {d['K'] // K_TILE // c['split']} K "
+            Rule(lambda r, c: float(d["K"] // depth % c["split"] != 0), 0.0, grows=False,
+                 message=lambda r, c: f"split {c['split']} does not divide K's {d['K'] // depth} tiles of {depth}"),
+            Rule(lambda r, c: float(d["K"] // depth // c["split"] % c["slices"] != 0), 0.0, grows=False,
+                 message=lambda r, c: f"slices {c['slices']} do not divide a CTA's {d['K'] // depth // c['split']} K "
                                       f"tiles"),
             *slice_rules(),
             Rule(lambda r, c: float(c["stages"] <= c["in_flight"] * c["slices"]), 0.0, grows=False,

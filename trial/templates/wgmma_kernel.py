@@ -10,6 +10,11 @@ splits K (`split` s: each multiplies 1/s of the K tiles for the same output tile
 write their float32 accumulators over their own stages, and after a cluster barrier each sums 1/s of
 the tile's columns from all of them through distributed shared memory (`mapa`, `ld.shared::cluster`)
 and stores it: the partial sums never leave the cluster, and no second kernel adds them up.
+
+Types (`WGMMA_TYPES`): float16 and bfloat16 in any layout, written in their own type; float8 e4m3 and int8
+with both operands K-major (PNT: the 8-bit wgmma transposes neither), written as float32 and int32.  int8's
+accumulators are uint32 registers (TVM's wgmma operand for .s32 sums; two's-complement adds are the same
+bits), stored to C as the int32 they hold.
 """
 from __future__ import annotations
 
@@ -18,27 +23,29 @@ from typing import Any
 from ..workload import Workload
 from .k_split import partial_floats, peer_sum
 from .tma_stages import init_stages
-from .wgmma_operand import K_TILE, SWIZZLE_128B, Operand
+from .wgmma_operand import K_TILE_BYTES, SWIZZLE_128B, Operand, k_tile
 
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 WARPGROUP = 128
-C_PAD = 8  # 16-bit elements after each row of the staged output tile: rows 4 banks apart, 16-byte aligned
-PTX_TYPES = {"float16": "f16", "bfloat16": "bf16"}
-"""The input types wgmma takes here, as its PTX names them; the output is of the input type."""
+SEGMENT = 16  # bytes: the staged output's row padding (rows 4 banks apart, aligned) and its stores to C
+WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16),
+               "float8_e4m3fn": ("f32.e4m3.e4m3", 32), "int8": ("s32.s8.s8", 32)}
+"""The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
 
 
-def staged_halves(p: dict[str, Any]) -> int:
-    """The staged 16-bit output: the columns this CTA stores, each row `C_PAD` longer (none with epilogue 0)."""
-    return p["rows"] * (p["cols"] // p["split"] + C_PAD) if p["epilogue"] else 0
+def staged_elems(p: dict[str, Any], out_bytes: int) -> int:
+    """The staged output, of `out_bytes` elements: the columns this CTA stores, each row `SEGMENT` bytes longer
+    (none with epilogue 0)."""
+    return p["rows"] * (p["cols"] // p["split"] + SEGMENT // out_bytes) if p["epilogue"] else 0
 
 
-def shared_bytes(p: dict[str, Any]) -> int:
+def shared_bytes(p: dict[str, Any], out_bytes: int) -> int:
     """The kernel's dynamic shared pool: mbarriers (padded to `ALIGN`), the stages (or, where it is larger,
     the partial tiles and the staged output after them), `ALIGN` of slack for aligning the stages at run
-    time."""
-    stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE * 2
+    time.  A stage's rows are 128 bytes deep in every input type."""
+    stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE_BYTES
     partial = partial_floats(p["rows"], p["cols"], p["slices"], p["split"])
-    return 2 * ALIGN + max(stages, (partial * 4 or 16) + staged_halves(p) * 2)
+    return 2 * ALIGN + max(stages, (partial * 4 or 16) + staged_elems(p, out_bytes) * out_bytes)
 
 
 def kernel(wl: Workload, p: dict[str, Any]) -> Any:
@@ -50,20 +57,25 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     rows, cols, stages, in_flight = p["rows"], p["cols"], p["stages"], p["in_flight"]
     producer, cluster, split, epilogue, slices = p["producer"], p["cluster"], p["split"], p["epilogue"], p["slices"]
     a_shape, b_shape = wl.input_shapes
-    half = wl.dtype  # a 16-bit float type of PTX_TYPES: the inputs', the staged tile's and the output's
-    a = Operand(wl.layout[0] == "N", rows, n, k)
-    b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster)
-    tiles, consumers, acc_len = k // K_TILE // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
+    e, out = wl.element, wl.out_dtype  # the inputs' type (and the stages'), the output's (and the staged tile's)
+    size, per_segment = e.itemsize, SEGMENT // wl.out_itemsize  # output elements in 16 bytes
+    ptx_types, mma_k = WGMMA_TYPES[e.name]
+    acc_type = "uint32" if e.is_integer else "float32"
+    a = Operand(wl.layout[0] == "N", rows, n, k, itemsize=size)
+    b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster, itemsize=size)
+    depth = k_tile(size)
+    tiles, consumers, acc_len = k // depth // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
     width = cols // split  # the columns a CTA stores: its tile's, or its share of a split tile's
     threads = consumers * WARPGROUP  # a K slice's threads: those of slice 0 sum the tile up and store it
     workers = threads * slices  # every consumer thread
-    segments = rows * width // 8  # 16-byte segments of the staged tile
+    segments = rows * width // per_segment  # 16-byte segments of the staged tile
+    row_len = width + per_segment  # a staged row's elements, padded
     groups = acc_len // 4  # a thread's accumulators by fours: one 8-column group, rows r and r + 8
     ctas = cluster * split  # CTAs of a cluster
     issuer = workers if producer else 0  # the thread that issues the copies
     issued = tiles if producer else min(stages, tiles)  # tiles it loads before (or without) the consumers
-    a_stage, b_stage = rows * K_TILE, cols * K_TILE
-    stage_bytes = (a_stage + b_stage) * 2  # what arrives in each CTA, its cluster peer's part of B included
+    a_stage, b_stage = rows * depth, cols * depth
+    stage_bytes = (a_stage + b_stage) * size  # what arrives in each CTA, its cluster peer's part of B included
 
     def fragment(tx: Any, g: Any) -> tuple[Any, Any]:
         """Row and column within the block tile of a thread's first sum of 8-column group g: the m64nN
@@ -76,11 +88,18 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         floats a thread, so that its 16-byte stores and loads meet no bank conflict."""
         return (warpgroup * groups + g) * (4 * WARPGROUP) + tx % WARPGROUP * 4
 
-    wgmma = f"wgmma.mma_async.sync.aligned.m64n{cols}k16.f32.{PTX_TYPES[half]}.{PTX_TYPES[half]}"
+    def to_out(value: Any) -> Any:
+        """An accumulated sum as C holds it: int8's uint32 registers read as the int32 they hold."""
+        return tirx.reinterpret(out, value) if e.is_integer else tirx.Cast(out, value)
+
+    wgmma = f"wgmma.mma_async.sync.aligned.m64n{cols}k{mma_k}.{ptx_types}"
+    # after the accumulators, the descriptors and scale-d: the operands' scales (the float types) and their
+    # transpose bits (the 16-bit types)
+    immediates = () if e.is_integer else (1, 1) if size == 1 else (1, 1, a.transpose, b.transpose)
     copy = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
     copy_b = copy + ".multicast::cluster" if cluster > 1 else copy
     to_cluster = [tirx.const((1 << cluster) - 1, "uint16")] if cluster > 1 else []  # multicast's CTA mask
-    add_peers = peer_sum(split)  # group g's sums of every split CTA, into acc[4j:4j + 4]
+    add_peers = peer_sum(split, acc_type)  # group g's sums of every split CTA, into acc[4j:4j + 4]
     barriers = init_stages(stages, consumers * cluster)  # a stage is released by every warpgroup that reads it
 
     # fmt: off
@@ -113,20 +132,20 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         row = T.meta_var(by * rows + fragment(tx, g)[0])
         col = T.meta_var(bx * cols + fragment(tx, g)[1])
         for v in T.vectorized(2):
-            C[row, col + v] = T.Cast(half, vals[base + v])
+            C[row, col + v] = to_out(vals[base + v])
         for v in T.vectorized(2):
-            C[row + 8, col + v] = T.Cast(half, vals[base + 2 + v])
+            C[row + 8, col + v] = to_out(vals[base + 2 + v])
 
     @T.macro
     def stage_out(tile, vals, base, g, tx):
-        """A thread's four sums vals[base:base + 4] of the staged tile's 8-column group `g` to it (rows
-        `C_PAD` apart, so a warp's 8 rows x 4 lanes of pairs fall in distinct banks)."""
+        """A thread's four sums vals[base:base + 4] of the staged tile's 8-column group `g` to it (rows padded
+        by `SEGMENT` bytes, so a warp's 8 rows x 4 lanes of pairs fall in distinct banks)."""
         row = T.meta_var(fragment(tx, g)[0])
         col = T.meta_var(fragment(tx, g)[1])
         for v in T.vectorized(2):
-            tile[row * (width + C_PAD) + col + v] = T.Cast(half, vals[base + v])
+            tile[row * row_len + col + v] = to_out(vals[base + v])
         for v in T.vectorized(2):
-            tile[(row + 8) * (width + C_PAD) + col + v] = T.Cast(half, vals[base + 2 + v])
+            tile[(row + 8) * row_len + col + v] = to_out(vals[base + 2 + v])
 
     @T.macro
     def write_out(C, tile, first_col, bx, by, tx):
@@ -134,20 +153,21 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         whole rows."""
         for i in T.unroll(0, (segments + threads - 1) // threads):
             seg = T.meta_var(i * threads + tx)
+            row = T.meta_var(seg // (width // per_segment))
+            col = T.meta_var(seg % (width // per_segment) * per_segment)
             if seg < segments:
-                for v in T.vectorized(8):
-                    C[by * rows + seg // (width // 8), bx * cols + first_col + seg % (width // 8) * 8 + v] = \
-                        tile[seg // (width // 8) * (width + C_PAD) + seg % (width // 8) * 8 + v]
+                for v in T.vectorized(per_segment):
+                    C[by * rows + row, bx * cols + first_col + col + v] = tile[row * row_len + col + v]
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, a_shape, dtype=half, align=16)
-        B = T.match_buffer(B_ptr, b_shape, dtype=half, align=16)
-        C = T.match_buffer(C_ptr, (n, m), dtype=half, align=16)
+        A = T.match_buffer(A_ptr, a_shape, dtype=e.name, align=16)
+        B = T.match_buffer(B_ptr, b_shape, dtype=e.name, align=16)
+        C = T.match_buffer(C_ptr, (n, m), dtype=out, align=16)
         a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, half, 2, A.data, *a.tensor_map)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, e.name, 2, A.data, *a.tensor_map)
         b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, half, 2, B.data, *b.tensor_map)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, e.name, 2, B.data, *b.tensor_map)
         T.device_entry()
         if ctas > 1:  # CTAs of neighbouring row tiles pair up to share B; split CTAs share the output tile
             # one grid dimension: TVM 0.27 launches a cluster grid flat but reads 2-D cluster ids as such
@@ -165,19 +185,20 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         pool = T.SMEMPool()
         bars = pool.alloc((2 * stages,), "uint64", align=8)  # a "full" barrier per stage, then an "empty" one
         pool.move_base_to(ALIGN)
-        A_s = pool.alloc((stages * a_stage,), half, align=ALIGN)
-        B_s = pool.alloc((stages * b_stage,), half, align=ALIGN)
+        A_s = pool.alloc((stages * a_stage,), e.name, align=ALIGN)
+        B_s = pool.alloc((stages * b_stage,), e.name, align=ALIGN)
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
-        partial = pool.alloc((partial_floats(rows, cols, slices, split) or 4,), "float32", align=16)
-        staged = pool.alloc((staged_halves(p) or 8,), half, align=16)  # the output tile, after the partial one
-        pool.commit(shared_bytes(p))
+        partial = pool.alloc((partial_floats(rows, cols, slices, split) or 4,), acc_type, align=16)
+        # the output tile, after the partial one
+        staged = pool.alloc((staged_elems(p, wl.out_itemsize) or per_segment,), out, align=16)
+        pool.commit(shared_bytes(p, wl.out_itemsize))
         # the dynamic shared base is only 64-byte aligned: shift the tiles to a 1024-byte boundary
         pad: T.int32
         pad = T.cast((T.uint32(ALIGN) - T.cuda.cvta_generic_to_shared(A_s.ptr_to([0])) % T.uint32(ALIGN))
-                     % T.uint32(ALIGN), "int32") // 2
+                     % T.uint32(ALIGN), "int32") // size
         desc_a: T.uint64
         desc_b: T.uint64
-        acc = T.alloc_local((acc_len,), "float32")
+        acc = T.alloc_local((acc_len,), acc_type)
         barriers(bars, a_map, b_map, tx, issuer)
         if cluster > 1:
             T.cuda.cluster_sync()  # the peer's barriers are ready before anything arrives on them
@@ -190,7 +211,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                 load(A_s, B_s, pad, bars, a_map, b_map, t % stages, first + t, bx, by, part)
         if tx < workers:
             for i in T.unroll(0, acc_len):
-                acc[i] = T.float32(0.0)
+                acc[i] = tirx.const(0, acc_type)
             for i in T.serial(0, tiles // slices):
                 t = T.meta_var(i * slices + tx // threads)  # this slice's i-th K tile
                 T.cuda.mbarrier_wait(T.address_of(bars[t % stages]), (t // stages) % 2)
@@ -199,14 +220,13 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                 for j in T.unroll(0, 4):
                     T.cuda.wgmma.encode_matrix_descriptor(
                         T.address_of(desc_a),
-                        A_s.ptr_to([pad + (t % stages) * a_stage + (tx % threads // WARPGROUP) * (64 * K_TILE)
+                        A_s.ptr_to([pad + (t % stages) * a_stage + (tx % threads // WARPGROUP) * (64 * depth)
                                    + j * a.k_step]),
                         a.lbo, a.sbo, SWIZZLE_128B)
                     T.cuda.wgmma.encode_matrix_descriptor(
                         T.address_of(desc_b), B_s.ptr_to([pad + (t % stages) * b_stage + j * b.k_step]),
                         b.lbo, b.sbo, SWIZZLE_128B)
-                    T.ptx[wgmma](*[acc[i] for i in range(acc_len)], desc_a, desc_b, True, 1, 1, a.transpose,
-                                 b.transpose)
+                    T.ptx[wgmma](*[acc[i] for i in range(acc_len)], desc_a, desc_b, True, *immediates)
                 T.ptx.wgmma.commit_group.sync.aligned()
                 # this slice's K tile i - in_flight is done with: its stage may be refilled
                 T.ptx.wgmma.wait_group.sync.aligned(in_flight)
@@ -252,7 +272,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                         partial[partial_at(tx // WARPGROUP, g, tx) + v] = acc[g * 4 + v]
             T.cuda.cluster_sync()  # every CTA's partial tile is written and visible to the cluster
             if tx < threads:  # CTA `rank` sums and stores groups [rank, rank + 1) * groups / split
-                peer_sums = T.alloc_local((split * 4,), "float32")
+                peer_sums = T.alloc_local((split * 4,), acc_type)
                 peer = T.alloc_local([1], "uint32")
                 for j in T.unroll(0, groups // split):
                     g = T.meta_var(rank * (groups // split) + j)
