@@ -16,6 +16,8 @@ from trial.archs import target_of
 from trial.constraints import KernelRules
 from trial.templates import tensorcore, wgmma
 from trial.workload import parse_name
+from tuners.gbfs import GBFSTuner
+from tuners.na2c import NA2CTuner
 from tuners.opevo import OpEvoTuner
 
 from cuda_kernels import valid_configs
@@ -75,8 +77,9 @@ def test_8_bit_kernels_compile_for_sm_90a_without_local_memory(cuda_toolkit, suf
         assert reports and all(k.stack_bytes == 0 for k in reports), config
 
 
+@pytest.mark.parametrize("cls", [OpEvoTuner, GBFSTuner, NA2CTuner], ids=lambda c: c.__name__)
 @pytest.mark.parametrize("suffix", ["i8", "e4m3"])
-def test_the_suite_tuners_propose_only_8_bit_wgmma_kernels_the_device_runs(suffix):
+def test_the_suite_tuners_propose_only_8_bit_wgmma_kernels_the_device_runs(suffix, cls):
     wl_name = f"mm/N512K1024M4096PNT_{suffix}"
     wl = parse_name(wl_name)
     rules = KernelRules(wl, wgmma, SM90)
@@ -84,6 +87,6 @@ def test_the_suite_tuners_propose_only_8_bit_wgmma_kernels_the_device_runs(suffi
     assert valid and all(c["cols"] <= (224 if suffix == "i8" else 256) for c in valid)
     assert any(c["cols"] == 256 for c in valid) == (suffix == "e4m3")
     evaluate = stand_in(wl, wgmma, SM90)
-    tuner = make_tuner(OpEvoTuner, wgmma.search_space(wl), workload=wl_name, target="sm_90", seed=2)
+    tuner = make_tuner(cls, wgmma.search_space(wl), workload=wl_name, target="sm_90", seed=2)
     run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=4).run(24)
     assert len(run.proposed) == 24 and all(outcome is not None for outcome in run.outcomes)
