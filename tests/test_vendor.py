@@ -27,7 +27,7 @@ def test_vendor_command_says_why_it_has_no_figure(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["mm/N64K48M40", "mm/N32K64M48PTT", "bmm/B3N16K32M24PNT", "mm/N32K64M48PNT_f16",
-                                  "mm/N32K64M48PTN_bf16", "mm/N32K64M48_i8", "conv/N2C4HW9F6K3ST2PD1",
+                                  "mm/N32K64M48PTN_bf16", "mm/N32K64M48_i8", "mm/N64K64M64PNT_tf32", "conv/N2C4HW9F6K3ST2PD1",
                                   "conv/N2C5HW8F3K3ST1PD1"])
 def test_the_library_computes_on_the_suites_inputs_and_is_checked_against_its_reference(name):
     """On the CPU build of PyTorch (its own kernels, not cuBLAS/cuDNN): the call the baseline times takes the
@@ -40,13 +40,26 @@ def test_the_library_computes_on_the_suites_inputs_and_is_checked_against_its_re
     want = [x.astype("float64") for x in make_inputs(wl)]
     assert [tuple(t.shape) for t in (a, b)] == [w.shape for w in want] == list(wl.input_shapes)
     assert all(np.array_equal(t.double().numpy(), w) for t, w in zip((a, b), want))  # the same values, exactly
-    assert a.dtype == b.dtype == getattr(torch, wl.element.name)
+    assert a.dtype == b.dtype == getattr(torch, wl.element.tvm)
     label, call = library.library_call(wl, torch, "cpu")
     out = call()
     assert tuple(out.shape) == wl.output_shape and library.check(wl, out) is None
     wrong = out.clone()
     wrong.view(-1)[-1] += 1000  # the last output is among those checked (sample_indices keeps the corners)
     assert library.check(wl, wrong).startswith("1 of ")
+
+
+def test_tf32_is_timed_with_tf32_on_and_float32_with_it_off(monkeypatch):
+    """A TF32 workload's call is cuBLAS with allow_tf32 on (PyTorch's TF32 matmul), a float32 one's with it off, and
+    the process's setting is given back."""
+    import torch
+
+    seen = []
+    monkeypatch.setattr(library, "_timed", lambda *a: seen.append(torch.backends.cuda.matmul.allow_tf32))
+    for name in ("mm/N64K64M64PNT_tf32", "mm/N64K64M64PNT"):
+        library.time_vendor(parse_name(name))
+    assert seen == [True, False] and torch.backends.cuda.matmul.allow_tf32 is False
+    assert library.library_call(parse_name("mm/N64K64M64PNT_tf32"), torch, "cpu")[0] == "cuBLAS TF32 (allow_tf32 on)"
 
 
 def test_float8_operands_are_the_suites_values():

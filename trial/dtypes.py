@@ -2,8 +2,11 @@
 result in that type can be checked.
 
 float32 runs on the CUDA cores; the narrower types run on tensor cores (trial/templates/tensorcore.py),
-one MMA instruction reducing `mma_k` products at a time.  A spec names the type with a suffix
-(`mm/N512K1024M1024_f16`); no suffix is float32, so every spec written before keeps its meaning.
+one MMA instruction reducing `mma_k` products at a time.  TF32 is float32 in memory whose products a
+tensor core takes with 10 of float32's 23 stored significand bits (as PyTorch's `allow_tf32` runs
+float32 matmuls): its kernels are Hopper's wgmma ones (trial/templates/wgmma.py).  A spec names the type
+with a suffix (`mm/N512K1024M1024_f16`); no suffix is float32, so every spec written before keeps its
+meaning.
 """
 from __future__ import annotations
 
@@ -28,10 +31,17 @@ class DType:
     mma_k: int       # products one tensor-core MMA reduces (0: CUDA cores)
     min_arch: int    # oldest CUDA architecture with that MMA (sm_80 -> 80)
     step_bits: int   # significand bits an MMA keeps of each product while it adds them (0: all)
+    storage: str = ""  # the type in memory, where it is not `name` (TF32: float32)
+    input_bits: int = 0  # stored significand bits an MMA reads of each input, where fewer than the storage's
+
+    @property
+    def tvm(self) -> str:
+        """TVM's (and numpy's, and PyTorch's) name of the type the inputs are stored in."""
+        return self.storage or self.name
 
     @property
     def numpy(self) -> np.dtype:
-        return numpy_dtype(self.name)
+        return numpy_dtype(self.tvm)
 
     @property
     def itemsize(self) -> int:
@@ -65,5 +75,6 @@ DTYPES = {d.name: d for d in (
     # Hopper's float8 MMA aligns the products of one instruction to the largest and keeps about 13
     # significand bits of the sum (DeepSeek-V3 report, section 3.3.2), not float32's 24
     DType("float8_e4m3fn", "e4m3", "float32", "float32", 32, 89, 13),
+    DType("tfloat32", "tf32", "float32", "float32", 8, 90, 0, storage="float32", input_bits=10),
 )}
 BY_SUFFIX = {d.suffix: d for d in DTYPES.values()}

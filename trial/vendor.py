@@ -1,7 +1,7 @@
 """Vendor-library baselines through PyTorch: cuBLAS (mm, bmm) and cuDNN (conv) in the workload's type and
-layout (FP32 with TF32 off; float16, bfloat16, int8 and float8 e4m3 on tensor cores), on the suite's own
-seeded inputs, its output checked against the same float64 reference as the suite's kernels (trial/verify.py):
-a figure of a library that computes something else would compare nothing.
+layout (FP32 with TF32 off; TF32 with it on; float16, bfloat16, int8 and float8 e4m3 on tensor cores), on
+the suite's own seeded inputs, its output checked against the same float64 reference as the suite's
+kernels (trial/verify.py): a figure of a library that computes something else would compare nothing.
 
 PyTorch is not a dependency of the suite; these baselines run where it is installed (GPU machines).
 `baseline` times the library only where that makes sense and under the device lock, with a measurement's
@@ -71,7 +71,7 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
     import torch
 
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(wl.element.input_bits)
     torch.backends.cudnn.benchmark = cudnn_benchmark
     try:  # the process's settings are given back: make tune's summary times the vendor in its own process
         return _timed(wl, torch, repeat, min_repeat_ms, cudnn_benchmark, compile_mode)
@@ -168,7 +168,7 @@ def operands(wl: Workload, torch: Any, device: str = "cuda") -> list[Any]:
     found = []
     for x in reference_of(wl).inputs:
         t = torch.from_numpy(x if e.is_integer else x.astype("float32")).to(device)
-        found.append(t if e.is_integer else t.to(getattr(torch, e.name)))
+        found.append(t if e.is_integer else t.to(getattr(torch, e.tvm)))
     return found
 
 
@@ -202,5 +202,6 @@ def library_call(wl: Workload, torch: Any, device: str = "cuda") -> tuple[str, C
         one = torch.ones((), device=dev)
         return ("cuBLASLt float8 e4m3 (torch._scaled_mm, B column-major)",
                 lambda: torch._scaled_mm(x, y, scale_a=one, scale_b=one, out_dtype=torch.float32))
-    name = f"cuBLAS {e.name}" if e.mma_k else "cuBLAS FP32 (TF32 off)"
+    name = ("cuBLAS TF32 (allow_tf32 on)" if e.input_bits else f"cuBLAS {e.name}" if e.mma_k
+            else "cuBLAS FP32 (TF32 off)")
     return name, (lambda: torch.bmm(x, y)) if wl.op == "bmm" else (lambda: torch.mm(x, y))

@@ -2,10 +2,11 @@
 
 The reference shares nothing with the templates (no TVM): it indexes the stored inputs directly,
 so a schedule that reads the wrong tile, drops a reduction step or races is caught.  Inputs are
-drawn in float32 and rounded to the workload's type, and the reference multiplies those rounded
-values, so the only errors left to tolerate are the kernel's accumulation (`tolerance_scale`), the
-rounding of its sum to a narrower output type (float16: half a unit in the last place) and, for a kernel
-that computes by transforms (Winograd), their rounding (`Reference.tolerance_of`).
+drawn in float32 and rounded to the workload's type (TF32: to its 10 stored significand bits, kept in
+float32), and the reference multiplies those rounded values, so the only errors left to tolerate are
+the kernel's accumulation (`tolerance_scale`), the rounding of its sum to a narrower output type
+(float16: half a unit in the last place) and, for a kernel that computes by transforms (Winograd),
+their rounding (`Reference.tolerance_of`).
 """
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ def int8_bound(reduction: int) -> int:
     return max(1, min(127, math.isqrt(INT32_MAX // reduction)))
 
 
+def keep_bits(x: np.ndarray, bits: int) -> np.ndarray:
+    """float32 `x` rounded to `bits` stored significand bits (to nearest, ties to even), still float32."""
+    drop = np.uint32(23 - bits)
+    u = x.view(np.uint32)
+    half = ((u >> drop) & np.uint32(1)) + (np.uint32(1) << (drop - np.uint32(1))) - np.uint32(1)
+    return ((u + half) & ~((np.uint32(1) << drop) - np.uint32(1))).view(np.float32)
+
+
 def _draw(wl: Workload, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     e = wl.element
     if e.is_integer:
@@ -43,6 +52,8 @@ def _draw(wl: Workload, shape: tuple[int, ...], rng: np.random.Generator) -> np.
     x = rng.random(shape, dtype=np.float32) * 2 - 1
     if e.name == "float8_e4m3fn":
         x = np.copysign(SMALLEST_E4M3 + np.abs(x) * (1 - SMALLEST_E4M3), x)
+    if e.input_bits:  # TF32: values the tensor core reads whole, so that its products are the reference's
+        x = keep_bits(x, e.input_bits)
     return x.astype(e.numpy, copy=False)
 
 

@@ -35,12 +35,14 @@ if TYPE_CHECKING:
 
 BY_OP = {"mm": "trial.templates.matmul", "bmm": "trial.templates.matmul", "conv": "trial.templates.conv2d"}
 TENSOR_CORE = "trial.templates.tensorcore"  # mm and bmm in the narrow types (trial/dtypes.py)
-WGMMA = "trial.templates.wgmma"  # mm on Hopper in 16-bit types, and in 8-bit ones with K-major operands (its `takes`)
+WGMMA = "trial.templates.wgmma"  # mm on Hopper: 16-bit types, and 8-bit and TF32 with K-major operands (its `takes`)
 SIMT = "trial.templates.simt"  # float32 mm on Hopper (its `applies`)
 
 
 def candidates(wl: Workload) -> list[Any]:
     """The template modules that can serve `wl`, the device-specific ones first, the portable one last."""
+    if wl.element.input_bits:  # TF32: Hopper's wgmma kernel; elsewhere float32 on the CUDA cores (exact products)
+        return [importlib.import_module(m) for m in (WGMMA, BY_OP[wl.op])]
     if not wl.element.mma_k:
         hopper = wl.op == "mm" and wl.dtype == "float32"
         return [importlib.import_module(m) for m in ((SIMT, BY_OP[wl.op]) if hopper else (BY_OP[wl.op],))]

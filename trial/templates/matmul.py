@@ -108,8 +108,8 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
 
     d = wl.dims
     a_shape, b_shape = wl.input_shapes
-    A = te.placeholder(a_shape, wl.dtype, name="A")
-    B = te.placeholder(b_shape, wl.dtype, name="B")
+    A = te.placeholder(a_shape, wl.element.tvm, name="A")
+    B = te.placeholder(b_shape, wl.element.tvm, name="B")
     k = te.reduce_axis((0, d["K"]), name="k")
     trans_a, trans_b = (c == "T" for c in wl.layout)
 
@@ -131,7 +131,7 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     and 16 for addresses and indices: an estimate, which ptxas's own count (tests/nvrtc.py reads it) may
     exceed or undercut."""
     X, Y, K = p["X"], p["Y"], p["K"]
-    item = np.dtype(wl.dtype).itemsize
+    item = wl.element.itemsize
     tiles = sum(rows * (length + p["pad"]) for rows, length in shared_tiles(wl, p))
     shared = tiles * item * pipeline_buffers(p["pipeline"])
     accumulators = X[1] * X[3] * Y[1] * Y[3]  # one batch's: a thread sums its batches one after another

@@ -77,8 +77,8 @@ def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
     from tvm import te
 
     a_shape, b_shape = wl.input_shapes
-    A = te.placeholder(a_shape, wl.dtype, name="A")
-    B = te.placeholder(b_shape, wl.dtype, name="B")
+    A = te.placeholder(a_shape, wl.element.tvm, name="A")
+    B = te.placeholder(b_shape, wl.element.tvm, name="B")
     k = te.reduce_axis((0, wl.dims["K"]), name="k")
     trans_a, trans_b = (c == "T" for c in wl.layout)
 

@@ -1,5 +1,5 @@
-"""Float16, bfloat16, float8 e4m3 and int8 matmul on Hopper's warpgroup MMA (wgmma, CUDA sm_90a), written in
-TVM's TIRx script layer.
+"""Float16, bfloat16, float8 e4m3, int8 and TF32 matmul on Hopper's warpgroup MMA (wgmma, CUDA sm_90a), written
+in TVM's TIRx script layer.
 
 The `mma.sync` kernels of tensorcore.py load every fragment from shared memory into registers with
 `ldmatrix`; on an H100 they reach about 45 % of cuBLAS on the study's float16 matmuls.  Here a
@@ -12,11 +12,11 @@ sizes as knobs, compiled with TVM's "tirx" pipeline, rather than a schedule of `
 
 Knobs:
   rows      discrete [64, 128]            block tile rows (N): one or two warpgroups of 64 rows each
-  cols      discrete [64, 128, 192, 256]  block tile columns (M): the n of each m64nNk16 (k32: 8-bit) wgmma;
-                                          int8's wgmma takes at most 224
+  cols      discrete [64, 128, 192, 256]  block tile columns (M): the n of each m64nNk16 wgmma (k32: 8-bit,
+                                          k8: TF32); int8's wgmma takes at most 224
   stages    discrete [2, ..., 14]         shared buffers of 128-byte-deep K tiles in flight (64 elements of a
-                                          16-bit type, 128 of an 8-bit one; as many as the device's shared
-                                          memory holds: 14 of 64 x 64 tiles, 7 of 128 x 128)
+                                          16-bit type, 128 of an 8-bit one, 32 of TF32; as many as the
+                                          device's shared memory holds: 14 of 64 x 64 tiles, 7 of 128 x 128)
   in_flight discrete [0, 1]               wgmma groups left running when a stage is refilled: with 1 the
                                           refill waits only for the previous K tile's group
   producer  discrete [0, 1]               who issues the copies: 0, the first thread, after all threads
@@ -41,7 +41,8 @@ Knobs:
 The kernel: wgmma_kernel.py; its shared layout and descriptors: wgmma_operand.py.
 
 Only mm on sm_90 whose N and M divide by 64 and K by the K tile, with both operands K-major (PNT) for the
-8-bit types (`applies`); elsewhere tensorcore.py serves.
+8-bit types and TF32 (`applies`); elsewhere tensorcore.py serves (TF32: matmul.py, float32 on the CUDA
+cores).
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ INT_MAX_COLS = 224  # the widest int8 wgmma (m64n224k32)
 
 def takes(wl: Workload) -> bool:
     """Whether the kernel is written for `wl`'s op, types and layout: mm in a type of WGMMA_TYPES, the 8-bit
-    types with both operands K-major (PNT)."""
+    types and TF32 with both operands K-major (PNT)."""
     return wl.op == "mm" and wl.dtype in WGMMA_TYPES and (wl.element.itemsize == 2 or wl.layout == "NT")
 
 

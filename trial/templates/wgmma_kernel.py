@@ -11,10 +11,12 @@ write their float32 accumulators over their own stages, and after a cluster barr
 the tile's columns from all of them through distributed shared memory (`mapa`, `ld.shared::cluster`)
 and stores it: the partial sums never leave the cluster, and no second kernel adds them up.
 
-Types (`WGMMA_TYPES`): float16 and bfloat16 in any layout, written in their own type; float8 e4m3 and int8
-with both operands K-major (PNT: the 8-bit wgmma transposes neither), written as float32 and int32.  int8's
-accumulators are uint32 registers (TVM's wgmma operand for .s32 sums; two's-complement adds are the same
-bits), stored to C as the int32 they hold.
+Types (`WGMMA_TYPES`): float16 and bfloat16 in any layout, written in their own type; float8 e4m3, int8 and
+TF32 with both operands K-major (PNT: their wgmma transposes neither), written as float32, int32 and
+float32.  int8's accumulators are uint32 registers (TVM's wgmma operand for .s32 sums; two's-complement adds
+are the same bits), stored to C as the int32 they hold.  TF32's operands are float32 in memory and in the
+stages (32 to a 128-byte K tile), which the wgmma reads as TF32, 8 to an instruction, keeping 10 of their
+23 stored significand bits.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 10
 WARPGROUP = 128
 SEGMENT = 16  # bytes: the staged output's row padding (rows 4 banks apart, aligned) and its stores to C
 WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16),
-               "float8_e4m3fn": ("f32.e4m3.e4m3", 32), "int8": ("s32.s8.s8", 32)}
+               "float8_e4m3fn": ("f32.e4m3.e4m3", 32), "int8": ("s32.s8.s8", 32), "tfloat32": ("f32.tf32.tf32", 8)}
 """The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
 
 
@@ -95,7 +97,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     wgmma = f"wgmma.mma_async.sync.aligned.m64n{cols}k{mma_k}.{ptx_types}"
     # after the accumulators, the descriptors and scale-d: the operands' scales (the float types) and their
     # transpose bits (the 16-bit types)
-    immediates = () if e.is_integer else (1, 1) if size == 1 else (1, 1, a.transpose, b.transpose)
+    immediates = () if e.is_integer else (1, 1, a.transpose, b.transpose) if size == 2 else (1, 1)
+
     copy = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
     copy_b = copy + ".multicast::cluster" if cluster > 1 else copy
     to_cluster = [tirx.const((1 << cluster) - 1, "uint16")] if cluster > 1 else []  # multicast's CTA mask
@@ -161,13 +164,13 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, a_shape, dtype=e.name, align=16)
-        B = T.match_buffer(B_ptr, b_shape, dtype=e.name, align=16)
+        A = T.match_buffer(A_ptr, a_shape, dtype=e.tvm, align=16)
+        B = T.match_buffer(B_ptr, b_shape, dtype=e.tvm, align=16)
         C = T.match_buffer(C_ptr, (n, m), dtype=out, align=16)
         a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, e.name, 2, A.data, *a.tensor_map)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, e.tvm, 2, A.data, *a.tensor_map)
         b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, e.name, 2, B.data, *b.tensor_map)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, e.tvm, 2, B.data, *b.tensor_map)
         T.device_entry()
         if ctas > 1:  # CTAs of neighbouring row tiles pair up to share B; split CTAs share the output tile
             # one grid dimension: TVM 0.27 launches a cluster grid flat but reads 2-D cluster ids as such
@@ -185,8 +188,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         pool = T.SMEMPool()
         bars = pool.alloc((2 * stages,), "uint64", align=8)  # a "full" barrier per stage, then an "empty" one
         pool.move_base_to(ALIGN)
-        A_s = pool.alloc((stages * a_stage,), e.name, align=ALIGN)
-        B_s = pool.alloc((stages * b_stage,), e.name, align=ALIGN)
+        A_s = pool.alloc((stages * a_stage,), e.tvm, align=ALIGN)
+        B_s = pool.alloc((stages * b_stage,), e.tvm, align=ALIGN)
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
         partial = pool.alloc((partial_floats(rows, cols, slices, split) or 4,), acc_type, align=16)
         # the output tile, after the partial one
