@@ -16,7 +16,7 @@ from .factor import Factor
 from .param import MAX_ENUMERATION, Parameter
 from .perm import Perm
 from .space import TYPES, Config, Move, SearchSpace
-from .twin import TWIN_MAX_CHOICES, from_twin, twin_space
+from .twin import MARKER, TWIN_MAX_CHOICES, from_twin, twin_space
 
 __all__ = ["Choice", "Condition", "Config", "ConstrainedSpace", "Constraints", "Discrete", "Factor", "MAX_ENUMERATION", "Move", "Parameter", "Perm", "SearchSpace",
-           "SpaceError", "TWIN_MAX_CHOICES", "TYPES", "from_twin", "twin_space"]
+           "MARKER", "SpaceError", "TWIN_MAX_CHOICES", "TYPES", "from_twin", "twin_space"]

@@ -25,6 +25,10 @@ Encoding, per parameter (a "token" is a string no native value can equal, so dec
 * perm with at most `TWIN_MAX_CHOICES` orderings: a `choice` over tokens "2-0-1". Larger: its Lehmer code,
   n-1 parameters "<name>:<i>", each a `choice` over 0..n-1-i (which of the remaining items comes next);
   exact and every combination valid.
+
+A space of plain choices (numbers and strings only) is its own twin, whose proposals would read as native
+configurations; its twin gets one more parameter, `MARKER` (a `choice` of 1), so that a proposal says it is
+a built-in tuner's (trial/check.py repairs those that break the device's rules); `from_twin` drops it.
 """
 from __future__ import annotations
 
@@ -45,6 +49,8 @@ from .space import Config, SearchSpace
 
 TWIN_MAX_CHOICES = 2000
 """Most options one twin `choice` lists; larger parameters are split into several twin parameters."""
+MARKER = "twin"
+"""The parameter that marks a proposal of a twin that would otherwise read as native."""
 
 
 def _choice(values: list[Any]) -> dict[str, Any]:
@@ -265,9 +271,16 @@ def twin_space(space: SearchSpace | Mapping[str, Any],
     parameter of the space, or choices whose JSON texts are themselves choices).
     """
     allowed = allowed or {}
-    return {name: spec for codec in _codecs(space)
+    codecs = _codecs(space)
+    twin = {name: spec for codec in codecs
             for name, spec in (codec.twin() if allowed.get(codec.param.name) is None
                                else codec.restrict(allowed[codec.param.name])).items()}
+    return {**twin, MARKER: _choice([1])} if _reads_as_native(codecs) else twin
+
+
+def _reads_as_native(codecs: tuple[_Codec, ...]) -> bool:
+    """Whether every parameter is its own twin (plain choices), unless a parameter is named `MARKER`."""
+    return all(type(c) is _Codec for c in codecs) and all(c.param.name != MARKER for c in codecs)
 
 
 def from_twin(space: SearchSpace | Mapping[str, Any], params: Mapping[str, Any]) -> Config:
@@ -278,6 +291,8 @@ def from_twin(space: SearchSpace | Mapping[str, Any], params: Mapping[str, Any])
     """
     codecs = _codecs(space)  # one per parameter, in search-space order
     out = dict(params)
+    if _reads_as_native(codecs) and out.get(MARKER) == 1:
+        del out[MARKER]
     for codec in codecs:
         codec.decode(out)
     ordered = {c.param.name: out.pop(c.param.name) for c in codecs if c.param.name in out}

@@ -112,6 +112,29 @@ def test_twin_proposals_stand_for_kernels_the_device_runs(arch, op, spec):
     assert repaired  # the twin alone breaks the rules: the test exercises the repair
 
 
+@pytest.mark.parametrize("op,spec", [("mm", "N512K1024M1024"), ("mm", "N512K1024M1024PNT_i8")])
+def test_twin_proposals_over_plain_choices_are_repaired_too(op, spec):
+    """The Hopper templates' knobs are plain choices (simt for float32, wgmma for the tensor-core types), so
+    their twin reads as native but for its marker: a proposal of NNI's Random that breaks the rules stands
+    for the nearest kernel that keeps them, the same values given natively are judged as they are."""
+    target = target_of("sm_90")
+    wl = parse(op, spec)
+    template = templates.load(wl, target=target)
+    space = SearchSpace.from_json(template.search_space(wl))
+    tuner = RandomTuner(seed=4)
+    tuner.update_search_space(twin_space(space))
+    repaired = 0
+    for pid in range(60):
+        proposal = json.loads(json.dumps(tuner.generate_parameters(pid)))
+        config = check.decode(wl, template, proposal, target)
+        check.check(wl, template, config, target)
+        native = from_twin(space, proposal)
+        if KernelRules(wl, template, target).excess(native) > 0:
+            repaired += 1
+            assert config != native and check.decode(wl, template, native, target) == native
+    assert repaired > 10, repaired
+
+
 def test_native_configurations_are_judged_as_they_are():
     """The suite's tuners and `--params` give native configurations: one beyond the device is not repaired."""
     wl, template, kernel = rules("mm", "N512K1024M1024")

@@ -17,7 +17,7 @@ from nni.common.hpo_utils import format_search_space, validate_search_space
 from nni.tuner import Tuner
 from tuner_harness import BMM, CONV, MM, ORDERED
 
-from searchspace import TWIN_MAX_CHOICES, SearchSpace, SpaceError, from_twin, twin_space
+from searchspace import MARKER, TWIN_MAX_CHOICES, SearchSpace, SpaceError, from_twin, twin_space
 
 LARGE = {
     "T": {"_type": "factor", "_value": [2**10 * 3**4 * 5**2, 4]},  # 100100 values: one choice per prime
@@ -117,6 +117,20 @@ def test_weights_split_exponents_in_proportion() -> None:
     assert from_twin(space, weights)["U"] == [2**18, 2**6, 1, 1, 1, 1, 1, 1]
     even = from_twin(space, {f"U:2:{i}": 0 for i in range(8)})["U"]  # all-zero weights count as equal
     assert even == [2**3] * 8
+
+
+def test_a_space_of_plain_choices_gets_a_marker_that_from_twin_drops() -> None:
+    """Plain choices are their own twin: the marker tells a built-in tuner's proposal from a native config."""
+    plain = {"rows": {"_type": "discrete", "_value": [64, 128]}, "mode": {"_type": "choice", "_value": ["a", "b"]}}
+    twin = twin_space(plain)
+    assert twin == {"rows": {"_type": "choice", "_value": [64, 128]}, "mode": {"_type": "choice", "_value": ["a", "b"]},
+                    MARKER: {"_type": "choice", "_value": [1]}}
+    validate_search_space(twin)
+    assert from_twin(plain, {"rows": 64, "mode": "b", MARKER: 1}) == {"rows": 64, "mode": "b"}
+    assert from_twin(plain, {"rows": 64, "mode": "b"}) == {"rows": 64, "mode": "b"}
+    assert MARKER not in twin_space(MM)  # its tokens tell its proposals apart already
+    named = {MARKER: {"_type": "choice", "_value": [1, 2]}}  # a knob of that name keeps its meaning
+    assert twin_space(named) == named and from_twin(named, {MARKER: 1}) == {MARKER: 1}
 
 
 def test_undecodable_values_are_left_for_validation() -> None:

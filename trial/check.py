@@ -67,7 +67,8 @@ def decode(wl: Workload, template: Any, params: dict[str, Any], target: Target) 
     configuration that keeps them (`ConstrainedSpace.repair`, seeded by the proposal, so one proposal always
     measures one kernel).  NNI's types draw each knob on its own and cannot say rules that couple them
     (threads from X and Y, shared memory from X, Y and K), so without this most of their trials would be
-    kernels the device cannot run.  A twin that reads as native (a space of plain choices) is not repaired.
+    kernels the device cannot run.  The twin of a space of plain choices would read as native but for its
+    marker parameter (searchspace/twin.py), which `from_twin` drops: its proposals are repaired too.
     """
     space = SearchSpace.from_json(template.search_space(wl))
     config = from_twin(space, params)
