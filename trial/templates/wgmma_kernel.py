@@ -30,8 +30,8 @@ from .wgmma_operand import K_TILE_BYTES, SWIZZLE_128B, Operand, k_tile
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 WARPGROUP = 128
 SEGMENT = 16  # bytes: the staged output's row padding (rows 4 banks apart, aligned) and its stores to C
-WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16),
-               "float8_e4m3fn": ("f32.e4m3.e4m3", 32), "int8": ("s32.s8.s8", 32), "tfloat32": ("f32.tf32.tf32", 8)}
+WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16), "float8_e4m3fn": ("f32.e4m3.e4m3", 32),
+               "int8": ("s32.s8.s8", 32), "tfloat32": ("f32.tf32.tf32", 8)}
 """The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
 
 
@@ -98,7 +98,6 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     # after the accumulators, the descriptors and scale-d: the operands' scales (the float types) and their
     # transpose bits (the 16-bit types)
     immediates = () if e.is_integer else (1, 1, a.transpose, b.transpose) if size == 2 else (1, 1)
-
     copy = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
     copy_b = copy + ".multicast::cluster" if cluster > 1 else copy
     to_cluster = [tirx.const((1 << cluster) - 1, "uint16")] if cluster > 1 else []  # multicast's CTA mask
