@@ -30,8 +30,9 @@ from .wgmma_operand import K_TILE_BYTES, SWIZZLE_128B, Operand, k_tile
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 WARPGROUP = 128
 SEGMENT = 16  # bytes: the staged output's row padding (rows 4 banks apart, aligned) and its stores to C
-WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16), "float8_e4m3fn": ("f32.e4m3.e4m3", 32),
-               "int8": ("s32.s8.s8", 32), "tfloat32": ("f32.tf32.tf32", 8)}
+WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16),
+               "float8_e4m3fn": ("f32.e4m3.e4m3", 32), "int8": ("s32.s8.s8", 32),
+               "tfloat32": ("f32.tf32.tf32", 8)}
 """The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
 
 
