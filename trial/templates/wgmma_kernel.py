@@ -142,7 +142,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     @T.macro
     def stage_out(tile, vals, base, g, tx):
         """A thread's four sums vals[base:base + 4] of the staged tile's 8-column group `g` to it (rows padded
-        by `SEGMENT` bytes, so a warp's 8 rows x 4 lanes of pairs fall in distinct banks)."""
+        by `SEGMENT` bytes, so a warp's 8 rows x 4 lanes of 16-bit pairs fall in distinct banks; pairs of
+        4-byte sums, two banks each, meet two-way conflicts)."""
         row = T.meta_var(fragment(tx, g)[0])
         col = T.meta_var(fragment(tx, g)[1])
         for v in T.vectorized(2):
