@@ -58,9 +58,10 @@ def test_int8_tiles_are_128_deep_and_at_most_224_wide():
     f16 = parse_name("mm/N512K1024M1792PNT_f16")
     config = {**wgmma.default_params(wl, True), "stages": 5, "epilogue": 0}
     assert wgmma.resources(wl, config)["shared_bytes"] == wgmma.resources(f16, config)["shared_bytes"]
-    # int32 out, staged after a 16-byte placeholder of the partial tile: rows of 128 + 4 sums (16 bytes of padding)
+    # int32 out, staged after a 16-byte placeholder of the partial tile: rows of 128 + 8 sums (the padding that keeps
+    # a half-warp's pairs of sums in distinct banks)
     staged = {**config, "stages": 2, "epilogue": 1}
-    assert wgmma.resources(wl, staged)["shared_bytes"] == 2 * 1024 + 16 + 128 * (128 + 4) * 4
+    assert wgmma.resources(wl, staged)["shared_bytes"] == 2 * 1024 + 16 + 128 * (128 + 8) * 4
 
 
 def test_tf32_is_float32_in_memory_and_its_kernel_is_hopper_wgmma_or_float32_on_the_cuda_cores():

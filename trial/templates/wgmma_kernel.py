@@ -29,17 +29,17 @@ from .wgmma_operand import K_TILE_BYTES, SWIZZLE_128B, Operand, k_tile
 
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 WARPGROUP = 128
-SEGMENT = 16  # bytes: the staged output's row padding (rows 4 banks apart, aligned) and its stores to C
+SEGMENT = 16  # bytes of each store of the staged output to C
+C_PAD = 8  # elements after each row of the staged output: a pair of sums' width times 4 banks, 16-byte aligned
 WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16),
                "float8_e4m3fn": ("f32.e4m3.e4m3", 32), "int8": ("s32.s8.s8", 32),
                "tfloat32": ("f32.tf32.tf32", 8)}
 """The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
 
 
-def staged_elems(p: dict[str, Any], out_bytes: int) -> int:
-    """The staged output, of `out_bytes` elements: the columns this CTA stores, each row `SEGMENT` bytes longer
-    (none with epilogue 0)."""
-    return p["rows"] * (p["cols"] // p["split"] + SEGMENT // out_bytes) if p["epilogue"] else 0
+def staged_elems(p: dict[str, Any]) -> int:
+    """The staged output's elements: the columns this CTA stores, each row `C_PAD` longer (none with epilogue 0)."""
+    return p["rows"] * (p["cols"] // p["split"] + C_PAD) if p["epilogue"] else 0
 
 
 def shared_bytes(p: dict[str, Any], out_bytes: int) -> int:
@@ -48,7 +48,7 @@ def shared_bytes(p: dict[str, Any], out_bytes: int) -> int:
     time.  A stage's rows are 128 bytes deep in every input type."""
     stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE_BYTES
     partial = partial_floats(p["rows"], p["cols"], p["slices"], p["split"])
-    return 2 * ALIGN + max(stages, (partial * 4 or 16) + staged_elems(p, out_bytes) * out_bytes)
+    return 2 * ALIGN + max(stages, (partial * 4 or 16) + staged_elems(p) * out_bytes)
 
 
 def kernel(wl: Workload, p: dict[str, Any]) -> Any:
@@ -72,7 +72,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     threads = consumers * WARPGROUP  # a K slice's threads: those of slice 0 sum the tile up and store it
     workers = threads * slices  # every consumer thread
     segments = rows * width // per_segment  # 16-byte segments of the staged tile
-    row_len = width + per_segment  # a staged row's elements, padded
+    row_len = width + C_PAD  # a staged row's elements, padded
     groups = acc_len // 4  # a thread's accumulators by fours: one 8-column group, rows r and r + 8
     ctas = cluster * split  # CTAs of a cluster
     issuer = workers if producer else 0  # the thread that issues the copies
@@ -141,9 +141,9 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
 
     @T.macro
     def stage_out(tile, vals, base, g, tx):
-        """A thread's four sums vals[base:base + 4] of the staged tile's 8-column group `g` to it (rows padded
-        by `SEGMENT` bytes, so a warp's 8 rows x 4 lanes of 16-bit pairs fall in distinct banks; pairs of
-        4-byte sums, two banks each, meet two-way conflicts)."""
+        """A thread's four sums vals[base:base + 4] of the staged tile's 8-column group `g` to it (rows `C_PAD`
+        apart: a warp's 8 rows x 4 lanes of 16-bit pairs fall in distinct banks, and each half-warp's 4 rows x
+        4 lanes of 4-byte pairs, which take two banks each)."""
         row = T.meta_var(fragment(tx, g)[0])
         col = T.meta_var(fragment(tx, g)[1])
         for v in T.vectorized(2):
@@ -194,7 +194,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
         partial = pool.alloc((partial_floats(rows, cols, slices, split) or 4,), acc_type, align=16)
         # the output tile, after the partial one
-        staged = pool.alloc((staged_elems(p, wl.out_itemsize) or per_segment,), out, align=16)
+        staged = pool.alloc((staged_elems(p) or per_segment,), out, align=16)
         pool.commit(shared_bytes(p, wl.out_itemsize))
         # the dynamic shared base is only 64-byte aligned: shift the tiles to a 1024-byte boundary
         pad: T.int32
