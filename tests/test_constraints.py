@@ -87,26 +87,34 @@ def test_architectures_of_absent_gpus():
         target_of("sm_1")
 
 
-@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
-@pytest.mark.parametrize("op,spec", SHAPES)
-def test_twin_proposals_stand_for_kernels_the_device_runs(arch, op, spec):
-    """NNI's Random over the unrestricted twin (what an `--arch auto` experiment gives it): every proposal
-    decodes to a configuration the knob check accepts; one that keeps the rules is measured as proposed,
-    and the same proposal always stands for the same kernel."""
-    target = target_of(arch)
-    wl, template, kernel = rules(op, spec, target)
+def random_proposals(wl, template, target, count):
+    """NNI's Random over the unrestricted twin of `template`'s space (what an `--arch auto` experiment gives it):
+    (proposal, the configuration it decodes to on `target`, the configuration it names, how far beyond the
+    device's limits that is), each decoded configuration checked to be one the knob check accepts."""
     space = SearchSpace.from_json(template.search_space(wl))
+    kernel = KernelRules(wl, template, target)
     tuner = RandomTuner(seed=4)
     tuner.update_search_space(twin_space(space))
-    repaired = 0
-    for pid in range(150):
+    for pid in range(count):
         proposal = json.loads(json.dumps(tuner.generate_parameters(pid)))
         config = check.decode(wl, template, proposal, target)
         check.check(wl, template, config, target)
+        named = from_twin(space, proposal)
+        yield proposal, config, named, kernel.excess(named)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+@pytest.mark.parametrize("op,spec", SHAPES)
+def test_twin_proposals_stand_for_kernels_the_device_runs(arch, op, spec):
+    """Every proposal decodes to a configuration the knob check accepts; one that keeps the rules is measured
+    as proposed, and the same proposal always stands for the same kernel."""
+    target = target_of(arch)
+    wl, template, _ = rules(op, spec, target)
+    repaired = 0
+    for proposal, config, named, excess in random_proposals(wl, template, target, 150):
         assert check.decode(wl, template, proposal, target) == config
-        decoded = from_twin(space, proposal)
-        if kernel.excess(decoded) == 0:
-            assert config == decoded
+        if excess == 0:
+            assert config == named
         else:
             repaired += 1
     assert repaired  # the twin alone breaks the rules: the test exercises the repair
@@ -120,18 +128,11 @@ def test_twin_proposals_over_plain_choices_are_repaired_too(op, spec):
     target = target_of("sm_90")
     wl = parse(op, spec)
     template = templates.load(wl, target=target)
-    space = SearchSpace.from_json(template.search_space(wl))
-    tuner = RandomTuner(seed=4)
-    tuner.update_search_space(twin_space(space))
     repaired = 0
-    for pid in range(60):
-        proposal = json.loads(json.dumps(tuner.generate_parameters(pid)))
-        config = check.decode(wl, template, proposal, target)
-        check.check(wl, template, config, target)
-        native = from_twin(space, proposal)
-        if KernelRules(wl, template, target).excess(native) > 0:
+    for _, config, named, excess in random_proposals(wl, template, target, 60):
+        if excess > 0:
             repaired += 1
-            assert config != native and check.decode(wl, template, native, target) == native
+            assert config != named and check.decode(wl, template, named, target) == named
     assert repaired > 10, repaired
 
 
