@@ -243,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", nargs="+", default=["auto"], type=concurrency_arg,
                    help="trialConcurrency: a number, or auto (from the build workers and the GPUs; default); "
                         "one for every GPU set, or one a set")
-    p.add_argument("--gpus", nargs="+", type=_gpu_set, help="CUDA_VISIBLE_DEVICES of each experiment, e.g. 0 0,1 (default: all), "
-                   "or an RPC runner rpc://HOST:PORT/KEY for one measured through its servers")
+    p.add_argument("--gpus", nargs="+", type=_gpu_set,
+                   help="CUDA_VISIBLE_DEVICES of each experiment, e.g. 0 0,1 (default: all), or an RPC runner "
+                        "rpc://HOST:PORT/KEY for one measured through its servers")
     p.add_argument("--tuner", default="opevo", choices=sorted(registry.TUNERS))
     p.add_argument("--target", default="auto", help="auto or a kind (llvm: the CPU)")
     add_runner_argument(p)

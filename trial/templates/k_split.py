@@ -22,9 +22,9 @@ def slice_rules() -> list[Rule]:
                                       f"needs producer 1")]
 
 
-def partial_floats(rows: int, cols: int, slices: int, split: int) -> int:
-    """The 4-byte sums (float32, or int8's int32) of the tiles of a rows x cols block tile that K slices 1.. hand to slice 0, or (not both at once, in
-    the same shared region) a split CTA to its cluster."""
+def partial_sums(rows: int, cols: int, slices: int, split: int) -> int:
+    """The 4-byte sums (float32, or int8's int32) of the partial tiles of a rows x cols block tile that K slices
+    1.. hand to slice 0, or (not both at once, in the same shared region) a split CTA to its cluster."""
     return rows * cols * max(slices - 1, split > 1)
 
 

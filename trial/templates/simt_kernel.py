@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..workload import Workload
-from .k_split import partial_floats, peer_sum
+from .k_split import partial_sums, peer_sum
 from .tma_stages import init_stages
 
 ALIGN = 128  # TMA writes a tile to a 128-byte aligned shared address
@@ -47,7 +47,7 @@ def shared_bytes(p: dict[str, Any]) -> int:
     """The dynamic shared pool: mbarriers (padded to `ALIGN`), the stages or, where larger, the partial tiles,
     and `ALIGN` of slack for aligning the stages at run time."""
     rows, cols = block_tile(p)
-    partial = partial_floats(rows, cols, p["slices"], p["split"])
+    partial = partial_sums(rows, cols, p["slices"], p["split"])
     return 2 * ALIGN + max(p["stages"] * (rows + cols) * p["bk"] * 4, partial * 4)
 
 
@@ -146,7 +146,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         A_s = pool.alloc((stages * a_stage,), "float32", align=ALIGN)
         B_s = pool.alloc((stages * b_stage,), "float32", align=ALIGN)
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
-        partial = pool.alloc((partial_floats(rows, cols, slices, split) or 4,), "float32", align=16)
+        partial = pool.alloc((partial_sums(rows, cols, slices, split) or 4,), "float32", align=16)
         pool.commit(shared_bytes(p))
         # the dynamic shared base is not always 128-byte aligned: shift the tiles to a 128-byte boundary
         # (counted in 16-byte vectors: TVM's CUDA codegen emits a 16-byte load only where it sees the offset

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..workload import Workload
-from .k_split import partial_floats, peer_sum
+from .k_split import partial_sums, peer_sum
 from .tma_stages import init_stages
 from .wgmma_operand import K_TILE_BYTES, SWIZZLE_128B, Operand, k_tile
 
@@ -47,7 +47,7 @@ def shared_bytes(p: dict[str, Any], out_bytes: int) -> int:
     the partial tiles and the staged output after them), `ALIGN` of slack for aligning the stages at run
     time.  A stage's rows are 128 bytes deep in every input type."""
     stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE_BYTES
-    partial = partial_floats(p["rows"], p["cols"], p["slices"], p["split"])
+    partial = partial_sums(p["rows"], p["cols"], p["slices"], p["split"])
     return 2 * ALIGN + max(stages, (partial * 4 or 16) + staged_elems(p) * out_bytes)
 
 
@@ -192,7 +192,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         A_s = pool.alloc((stages * a_stage,), e.tvm, align=ALIGN)
         B_s = pool.alloc((stages * b_stage,), e.tvm, align=ALIGN)
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
-        partial = pool.alloc((partial_floats(rows, cols, slices, split) or 4,), acc_type, align=16)
+        partial = pool.alloc((partial_sums(rows, cols, slices, split) or 4,), acc_type, align=16)
         # the output tile, after the partial one
         staged = pool.alloc((staged_elems(p) or per_segment,), out, align=16)
         pool.commit(shared_bytes(p, wl.out_itemsize))
