@@ -54,11 +54,11 @@ def test_tf32_is_timed_with_tf32_on_and_float32_with_it_off(monkeypatch):
     the process's setting is given back."""
     import torch
 
-    seen = []
+    seen, before = [], torch.backends.cuda.matmul.allow_tf32
     monkeypatch.setattr(library, "_timed", lambda *a: seen.append(torch.backends.cuda.matmul.allow_tf32))
-    for name in ("mm/N64K64M64PNT_tf32", "mm/N64K64M64PNT"):
+    for name in ("mm/N64K64M64PNT_tf32", "mm/N64K64M64PNT", "mm/N64K64M64PNT_tf32"):
         library.time_vendor(parse_name(name))
-    assert seen == [True, False] and torch.backends.cuda.matmul.allow_tf32 is False
+    assert seen == [True, False, True] and torch.backends.cuda.matmul.allow_tf32 == before
     assert library.library_call(parse_name("mm/N64K64M64PNT_tf32"), torch, "cpu")[0] == "cuBLAS TF32 (allow_tf32 on)"
 
 
