@@ -1,13 +1,13 @@
 """Replay a measured landscape: tuners against a model of one workload's GFLOPS on one GPU, on the CPU.
 
-    python -m benchmarks.replay mm/N512K1024M1024 --arch sm_90 \\
-        --measured benchmarks/data/mm-N512K1024M1024-H200.csv.gz --tuners opevo:20 random:20 --trials 128
+    python -m benchmarks.replay mm/N512K1024M1024PNT_tf32 --arch sm_90 \\
+        --measured benchmarks/data/mm-N512K1024M1024PNT_tf32-H200.csv.gz --tuners opevo:20 random:20 --trials 128
 
 A search strategy's settings need many seeds to compare, and every GPU trial costs device time.  Here
 XGBoost (MetaSchedule's cost model) is fitted to the `ok` trials of `benchmarks.compare` runs on one
-workload and device (their trials.csv; `benchmarks/data/` keeps those of an H200), on each configuration's
-knob encoding (`SearchSpace.encode`) and its template's resource estimate (threads, shared bytes,
-registers per thread).  Its prediction stands in for the measurement of each configuration that keeps
+workload and device (their trials.csv; `benchmarks/data/` keeps the 256 of an OpEvo run in TF32 on an
+H200), on each configuration's knob encoding (`SearchSpace.encode`) and its template's resource estimate
+(threads, shared bytes, registers per thread).  Its prediction stands in for the measurement of each configuration that keeps
 `--arch`'s rules, and the tuners run through the benchmark driver as they would on that GPU (the suite's
 on the constrained space, NNI's on the twin, read by the trial's `check.decode`).  Each evaluation takes
 `--latency-ms` (times a uniform draw in [0.5, 1.5]), so that results come back one at a time and in a

@@ -102,3 +102,13 @@ def test_the_command_replays_tuners(measured_file: Path, capsys: pytest.CaptureF
     assert [row.split(" | ")[1] for row in rows] == ["2", "1"]
     with pytest.raises(SystemExit):
         replay.main([WL.name, "--measured", str(measured_file), "--tuners", "metaschedule"])
+
+
+def test_the_kept_landscape_reads_with_the_templates_knobs_of_today() -> None:
+    # The measurements under benchmarks/data are the command's documented example: a template whose knobs
+    # change leaves them unreadable (no configuration of today's space), which this catches.
+    wl = parse_name("mm/N512K1024M1024PNT_tf32")
+    kept = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "mm-N512K1024M1024PNT_tf32-H200.csv.gz"
+    template, measured = replay.measured_template(wl, target_of("sm_90"), [kept])
+    assert template.applies(wl, target_of("sm_90")) and len(measured) >= 200
+    assert max(measured.values()) > 100_000
