@@ -46,9 +46,8 @@ BREED_TRIES = 32
 REFIT_GROWTH = 64
 """The cost model is refitted once the finished trials have grown by 1/REFIT_GROWTH of those it was fitted on
 (after every one while fewer than 2 x REFIT_GROWTH). A fit takes time in proportion to the history, and NNI's
-dispatcher waits on the tuner: refitted after every result, the model made each result of a 2,048-trial run
-cost the tuner a third of a second, slower than four GPUs measure. Ansor and MetaSchedule also retrain once
-per round of measurements, not per measurement."""
+dispatcher waits on the tuner: refitted after every result, the model makes a long run's tuner slower than
+several GPUs measure (docs/results.md). Ansor and MetaSchedule also retrain once a round of measurements."""
 
 
 class OpEvoTuner(SpaceTuner):
