@@ -3,17 +3,17 @@
     python -m benchmarks.replay mm/N512K1024M1024PNT_tf32 --arch sm_90 \\
         --measured benchmarks/data/mm-N512K1024M1024PNT_tf32-H200.csv.gz --tuners opevo:20 random:20 --trials 128
 
-A search strategy's settings need many seeds to compare, and every GPU trial costs device time.  Here
+A search strategy's settings need many seeds to compare, and every GPU trial costs device time. Here
 XGBoost (MetaSchedule's cost model) is fitted to the `ok` trials of `benchmarks.compare` runs on one
 workload and device (their trials.csv; `benchmarks/data/` keeps the 256 of an OpEvo run in TF32 on an
 H200), on each configuration's knob encoding (`SearchSpace.encode`) and its template's resource estimate
-(threads, shared bytes, registers per thread).  Its prediction stands in for the measurement of each configuration that keeps
-`--arch`'s rules, and the tuners run through the benchmark driver as they would on that GPU (the suite's
-on the constrained space, NNI's on the twin, read by the trial's `check.decode`).  Each evaluation takes
-`--latency-ms` (times a uniform draw in [0.5, 1.5]), so that results come back one at a time and in a
-varying order, as a GPU's do, and the tuners propose between them: an instant model hands the tuners all
-the results of a batch at once, which a GPU never does.  The model's
-cross-validated rank correlation with the measurements is printed with the tables.
+(threads, shared bytes, registers per thread). Its prediction stands in for the measurement of each
+configuration that keeps `--arch`'s rules, and the tuners run through the benchmark driver as they would
+on that GPU (the suite's on the constrained space, NNI's on the twin, read by the trial's
+`check.decode`). Each evaluation takes `--latency-ms` (times a uniform draw in [0.5, 1.5]), so that
+results come back one at a time and in a varying order, as a GPU's do, and the tuners propose between
+them: an instant model hands the tuners all the results of a batch at once, which a GPU never does. The
+model's cross-validated rank correlation with the measurements is printed with the tables.
 
 Its figures are a model's, smoother than a GPU and blind beyond the measured region, and it knows no
 failure but the rules' (a configuration that failed on the GPU is just not learnt from): use them to
