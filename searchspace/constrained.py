@@ -38,6 +38,7 @@ WALK_STEPS = 12
 REPAIR_STEPS = 400
 COUNT_LIMIT = 1 << 16  # configurations checked one by one to count the valid ones
 DEGREES_KEPT = 1 << 16  # valid-neighbour counts remembered for the walk
+EXCESS_KEPT = 1 << 17  # excesses remembered (a repair scores every neighbour of each step)
 
 
 class Constraints(Protocol):
@@ -67,6 +68,7 @@ class ConstrainedSpace(SearchSpace):
         self.constraints = constraints
         self._domains: dict[str, list[Any] | None] | None = None
         self._degrees: dict[tuple[Any, ...], int] = {}
+        self._excesses: dict[tuple[Any, ...], float] = {}
         self._size: int | None = None
 
     @classmethod
@@ -82,30 +84,45 @@ class ConstrainedSpace(SearchSpace):
             self._size = sum(1 for _ in self.values()) if plain <= COUNT_LIMIT else plain
         return self._size
 
+    def excess(self, config: Config) -> float:
+        """The constraints' excess of `config` (0 when every rule holds), remembered by its values: an
+        evolutionary tuner repairs dozens of offspring a trial, scoring every neighbour of each step, and
+        meets the same configurations again and again."""
+        try:
+            key = tuple(p.key(config[name]) for name, p in self._params.items())
+        except (KeyError, TypeError, ValueError):  # values outside the parameters': not remembered
+            return self.constraints.excess(config)
+        found = self._excesses.get(key)
+        if found is None:
+            if len(self._excesses) >= EXCESS_KEPT:
+                self._excesses.clear()
+            found = self._excesses[key] = self.constraints.excess(config)
+        return found
+
     def violations(self, config: Config) -> list[str]:
         """Why `config` is not valid: its parameters' problems, else the rules it breaks."""
         return self.problems(config) or self.constraints.problems(config)
 
     def valid(self, config: Any) -> bool:
-        return not self.problems(config) and self.constraints.excess(config) == 0
+        return not self.problems(config) and self.excess(config) == 0
 
     def neighbours(self, config: Config) -> list[Config]:
         """The valid configurations one move away from `config` (which itself need not be valid)."""
-        return [c for c in super().neighbours(config) if self.constraints.excess(c) == 0]
+        return [c for c in super().neighbours(config) if self.excess(c) == 0]
 
     def values(self) -> Iterator[Config]:
         """Every valid configuration, lazily; `ValueError` when the space has too many to list."""
-        return (c for c in super().values() if self.constraints.excess(c) == 0)
+        return (c for c in super().values() if self.excess(c) == 0)
 
     def repair(self, config: Config, rng: random.Random) -> Config:
         """A valid configuration near `config`: `config` itself if valid, else one reached by moving to the
         neighbour that is least beyond the rules, step by step (ties at random).  `SpaceError` when no
         valid configuration is found, e.g. when the device can run no kernel of this space."""
-        current, excess = copy.deepcopy(config), self.constraints.excess(config)
+        current, excess = copy.deepcopy(config), self.excess(config)
         for _ in range(REPAIR_STEPS):
             if excess == 0:
                 return current
-            scored = [(self.constraints.excess(c), rng.random(), c) for c in SearchSpace.neighbours(self, current)]
+            scored = [(self.excess(c), rng.random(), c) for c in SearchSpace.neighbours(self, current)]
             best, _, nearest = min(scored, key=lambda s: s[:2])
             if best >= excess:  # a local minimum: step anywhere, and carry on from there
                 best, _, nearest = rng.choice(scored)
@@ -117,7 +134,7 @@ class ConstrainedSpace(SearchSpace):
         """A valid configuration drawn uniformly, or close to it (see the module's docstring)."""
         config = self._draw(rng)
         for _ in range(REJECTION_TRIES):
-            if self.constraints.excess(config) == 0:
+            if self.excess(config) == 0:
                 return config
             config = self._draw(rng)
         return self._walk(self.repair(config, rng), rng, WALK_STEPS)

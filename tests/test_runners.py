@@ -3,6 +3,7 @@ each server behind an RPC runner; and what a measurement says of the CPU its bui
 import json
 import subprocess
 import sys
+import time
 
 from trial import blasthreads
 from trial.measure import Options, measure
@@ -51,6 +52,39 @@ def test_each_local_gpu_has_two_runners_and_a_lone_request_gets_the_probed_one(m
         (0, "runner-cuda-0"), (1, "runner-cuda-1"), (0, "runner-cuda-0-1"), (1, "runner-cuda-1-1")]
     assert [r.index for r in taken] == [0, 1, 0, 1]  # both devices busy before either gets its second runner
     assert pools.runners_per_device(H100S, "local") == pools.RUNNERS_PER_GPU == 2
+
+
+class StartedByACallWorker(DescribingWorker):
+    """A runner worker that, like the real one, has no process until its first call; records the calls."""
+
+    calls = []
+
+    def __init__(self, name, devices=True):
+        self.name, self.alive = name, False
+
+    def call(self, function, *args, **kwargs):
+        self.alive = True
+        self.calls.append((self.name, function, args))
+        return {"target": self.found.describe()} if function.endswith(":describe") else None
+
+
+def test_every_local_gpu_runner_is_started_as_the_target_is_found(monkeypatch):
+    """The first wave of an experiment's trials on N GPUs finds each runner's process and context up."""
+    monkeypatch.setattr(StartedByACallWorker, "calls", [])
+    monkeypatch.setattr(pools, "Worker", StartedByACallWorker)
+    monkeypatch.setattr(pools, "save", lambda *args: None)
+    monkeypatch.setattr(StartedByACallWorker, "found", H100S)
+    devices = pools.Devices()
+    target = devices.target("cuda")
+    deadline = time.monotonic() + 10
+    while len(StartedByACallWorker.calls) < len(devices.all) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    warmed = sorted((name, args[1]) for name, function, args in StartedByACallWorker.calls
+                    if function == "trial.service.runner:warm")
+    assert warmed == [("runner-cuda-0-1", 0), ("runner-cuda-1", 1), ("runner-cuda-1-1", 1)]
+    assert all(r.worker.alive for r in devices.all)
+    with devices.runner(target) as runner:  # every runner is back in the queue
+        assert runner.worker.alive
 
 
 def test_the_cpu_and_each_rpc_server_have_one_runner(monkeypatch):

@@ -5,9 +5,11 @@ import random
 import statistics
 
 import pytest
+from sklearn.ensemble import RandomForestRegressor
 from tuner_harness import MATMUL, gflops
 
 from searchspace import SearchSpace
+from tuners import surrogate
 from tuners.surrogate import MIN_FIT, Surrogate
 
 SPACE = SearchSpace.from_json(MATMUL)
@@ -58,3 +60,22 @@ def test_first_candidate_until_enough_history() -> None:
     assert model.fitted
     scores = model.scores(candidates)
     assert len(set(scores)) > 1 and model.best(candidates) == candidates[int(scores.argmax())]
+
+
+
+def test_scores_are_the_forest_predictions_of_one_core(monkeypatch) -> None:
+    """The trees' own predictions, summed in order, are scikit-learn's `predict` on one thread, bit for bit;
+    and the forest built on every core is the one built on one."""
+    history = [(c, gflops(c)) for c in sampled(200, 6)]
+    candidates = sampled(40, 8)
+    model = Surrogate(SPACE, 7)
+    model.fit(history)
+    assert model._model.n_jobs == -1
+    scores = list(model.scores(candidates))
+    one_core = model._model.set_params(n_jobs=None).predict([SPACE.encode(c) for c in candidates])
+    assert scores == list(one_core)
+    monkeypatch.setattr(surrogate, "RandomForestRegressor",
+                        lambda **kwargs: RandomForestRegressor(**{**kwargs, "n_jobs": None}))
+    single = Surrogate(SPACE, 7)
+    single.fit(history)
+    assert single._model.n_jobs is None and list(single.scores(candidates)) == scores

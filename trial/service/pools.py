@@ -84,7 +84,21 @@ class Devices:
                     free.put(runner)
             self._free[where, target.kind] = free
             self._serving[where, target.kind] = target.num_devices * turns
+            if where == LOCAL:
+                self._warm_all(target, free)
         return target
+
+    def _warm_all(self, target: Target, free: queue.Queue[Runner]) -> None:
+        """Start every other local runner's process and device context now, each in its own thread, so
+        that an experiment's first trials on GPUs 1..N do not each wait for a process and a context (a
+        few seconds each, which on N GPUs the first wave of trials would otherwise spend in turn).  A
+        runner being warmed is out of the queue; one that fails is put back and revived at first use."""
+        waiting = [free.get() for _ in range(free.qsize())]
+        for runner in waiting:
+            if runner.worker.alive:  # the probe, whose device is already up
+                free.put(runner)
+            else:
+                threading.Thread(target=self._revive, args=(runner, free), daemon=True).start()
 
     @contextmanager
     def runner(self, target: Target, where: str = LOCAL) -> Iterator[Runner]:
