@@ -52,8 +52,8 @@ from ..constraints import Rule
 from ..workload import Workload
 from .k_split import slice_rules
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
-from .wgmma_kernel import WARPGROUP, WGMMA_TYPES, kernel, shared_bytes
-from .wgmma_operand import k_tile
+from .wgmma_kernel import WARPGROUP, WGMMA_TYPES, kernel
+from .wgmma_operand import k_tile, shared_bytes
 
 if TYPE_CHECKING:
     import tvm

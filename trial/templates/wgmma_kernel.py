@@ -25,30 +25,14 @@ from typing import Any
 from ..workload import Workload
 from .k_split import partial_sums, peer_sum
 from .tma_stages import init_stages
-from .wgmma_operand import K_TILE_BYTES, SWIZZLE_128B, Operand, k_tile
+from .wgmma_operand import ALIGN, C_PAD, SWIZZLE_128B, Operand, k_tile, shared_bytes, staged_elems
 
-ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 WARPGROUP = 128
 SEGMENT = 16  # bytes of each store of the staged output to C
-C_PAD = 8  # elements after each row of the staged output: a pair of sums' width times 4 banks, 16-byte aligned
 WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16),
                "float8_e4m3fn": ("f32.e4m3.e4m3", 32), "int8": ("s32.s8.s8", 32),
                "tfloat32": ("f32.tf32.tf32", 8)}
 """The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
-
-
-def staged_elems(p: dict[str, Any]) -> int:
-    """The staged output's elements: the columns this CTA stores, each row `C_PAD` longer (none with epilogue 0)."""
-    return p["rows"] * (p["cols"] // p["split"] + C_PAD) if p["epilogue"] else 0
-
-
-def shared_bytes(p: dict[str, Any], out_bytes: int) -> int:
-    """The kernel's dynamic shared pool: mbarriers (padded to `ALIGN`), the stages (or, where it is larger,
-    the partial tiles and the staged output after them), `ALIGN` of slack for aligning the stages at run
-    time.  A stage's rows are 128 bytes deep in every input type."""
-    stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE_BYTES
-    partial = partial_sums(p["rows"], p["cols"], p["slices"], p["split"])
-    return 2 * ALIGN + max(stages, (partial * 4 or 16) + staged_elems(p) * out_bytes)
 
 
 def kernel(wl: Workload, p: dict[str, Any]) -> Any:
