@@ -236,8 +236,8 @@ def test_gpu_kernels_compile_in_their_targets_scope(monkeypatch):
     monkeypatch.setattr(tvm, "compile", lambda *args, **kw: (scopes.append(tvm.target.Target.current(allow_none=True)),
                                                              compile_(*args, **kw))[1])
     sm_90 = target_of("sm_90")
-    for name in ("mm/N512K1024M1024", "mm/N512K1024M1024_f16", "bmm/B960N128K64M128PNT_f16"):
+    for name in ("mm/N512K1024M1024", "mm/N512K1024M1024_f16", "bmm/B960N128K64M128PNT_f16", "bmm/B960N128K64M128_i8"):
         wl = parse(*name.split("/"))
         template = templates.load(wl, target=sm_90)
         build.build(wl, template, template.default_params(wl, True), sm_90)
-    assert [str(scope.attrs["arch"]) for scope in scopes] == ["sm_90", "sm_90a", "sm_90"]
+    assert [str(scope.attrs["arch"]) for scope in scopes] == ["sm_90", "sm_90a", "sm_90a", "sm_90"]

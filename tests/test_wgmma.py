@@ -1,4 +1,4 @@
-"""The Hopper warpgroup-MMA template: chosen for float16 mm on sm_90 only, its knobs checked against the
+"""The Hopper warpgroup-MMA template: chosen for float16 mm (and bmm) on sm_90 only, its knobs checked against the
 device, its kernels compiled as a GPU machine compiles them (NVRTC, then ptxas for sm_90a) in every
 layout, and every suite tuner proposing only configs of its space that the device runs.  (Its results
 are verified on GPUs only: a CPU has no wgmma; the CPU keeps the tensor-core template's plain schedule.)"""
@@ -27,12 +27,13 @@ SM90, SM80 = target_of("sm_90"), target_of("sm_80")
 LARGE = "mm/N512K1024M4096_f16"
 
 
-def test_float16_mm_on_hopper_gets_the_wgmma_template_and_configs_name_theirs():
+def test_float16_mm_and_bmm_on_hopper_get_the_wgmma_template_and_configs_name_theirs():
     wl = parse_name(LARGE)
     assert templates.load(wl, target=SM90) is wgmma
     assert templates.load(wl, target=SM80) is tensorcore and templates.load(wl) is tensorcore
     assert templates.load(parse_name("mm/N96K1024M4096_f16"), target=SM90) is tensorcore  # N not in 64s
-    assert templates.load(parse_name("bmm/B2N64K64M64_f16"), target=SM90) is tensorcore
+    assert templates.load(parse_name("bmm/B2N64K64M64_f16"), target=SM90) is wgmma  # tests/test_wgmma_batched.py
+    assert templates.load(parse_name("bmm/B2N96K64M64_f16"), target=SM90) is tensorcore
     assert templates.load(parse_name("mm/N512K1024M4096_i8"), target=SM90) is tensorcore
     assert templates.load(wl, params=wgmma.default_params(wl, True)) is wgmma
     assert templates.load(wl, target=SM90, params=tensorcore.default_params(wl, True)) is tensorcore

@@ -47,6 +47,7 @@ def test_bad_specs_say_what_is_wrong(op, spec, message):
     ("mm", "N512K1024M1024_e4m3", "float8_e4m3fn", "float32", "mm/N512K1024M1024PNN_e4m3"),
     ("mm", "N512K1024M1024", "float32", "float32", "mm/N512K1024M1024PNN"),
     ("mm", "N512K1024M1024PNT_tf32", "tfloat32", "float32", "mm/N512K1024M1024PNT_tf32"),
+    ("bmm", "B960N128K64M128PNT_tf32", "tfloat32", "float32", "bmm/B960N128K64M128PNT_tf32"),
 ])
 def test_a_suffix_names_the_element_type(op, spec, dtype, out, key):
     wl = parse(op, spec)
@@ -59,8 +60,9 @@ def test_a_suffix_names_the_element_type(op, spec, dtype, out, key):
 
 @pytest.mark.parametrize("op,spec,message", [
     ("mm", "N512K1024M1024_tf16", "unknown element type _tf16; expected one of _f16, _bf16, _i8, _e4m3, _tf32"),
-    ("mm", "N512K1024M1024_tf32", "tf32 kernels are mm with both operands K-major (PNT"),
-    ("bmm", "B2N512K1024M1024PNT_tf32", "tf32 kernels are mm with both operands K-major (PNT"),
+    ("mm", "N512K1024M1024_tf32", "tf32 kernels are mm or bmm with both operands K-major (PNT"),
+    ("bmm", "B2N512K1024M1024PTN_tf32", "tf32 kernels are mm or bmm with both operands K-major (PNT"),
+    ("bmm", "B2N512K1024M96PNT_tf32", "and K of 32: M=96 is not a multiple of 64"),
     ("mm", "N512K1024M1000PNT_tf32", "and K of 32: M=1000 is not a multiple of 64"),
     ("mm", "N500K1024M1024_f16", "N=500 is not a multiple of 16 (pad the operands)"),
     ("mm", "N512K48M1024_i8", "K=48 is not a multiple of 32"),

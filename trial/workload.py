@@ -8,7 +8,7 @@ Grammar (all numbers are positive integers of at most 9 ASCII digits; PD may be 
 <type> is the inputs' element type (trial/dtypes.py): none for float32, f16 (float16, float32
 accumulation, float16 output), bf16 (bfloat16, float32 accumulation, bfloat16 output), i8 (int8, int32
 accumulation and output), e4m3 (float8 e4m3, float32 accumulation and output) or tf32 (float32 in memory,
-TF32 products, float32 accumulation and output; mm with both operands K-major, PNT).
+TF32 products, float32 accumulation and output; mm or bmm with both operands K-major, PNT).
 """
 from __future__ import annotations
 
@@ -165,12 +165,12 @@ def parse(op: str, spec: str) -> Workload:
 def _check_tensor_core(wl: Workload) -> None:
     """The shapes the tensor-core template tiles exactly: whole 16x16 output tiles, whole MMA k-steps,
     and, for 8-bit types, A not transposed (TVM has no transposing 8-bit ldmatrix for A).  TF32's kernel is
-    the Hopper wgmma one alone: mm, both operands K-major, whole 64 x 64 tiles and 32-deep K tiles."""
+    the Hopper wgmma one alone: mm or bmm, both operands K-major, whole 64 x 64 tiles and 32-deep K tiles."""
     d, e = wl.dims, wl.element
     if e.input_bits:
         odd = [f"{k}={d[k]} is not a multiple of {n}" for k, n in (("N", 64), ("M", 64), ("K", 32)) if d[k] % n]
-        if wl.op != "mm" or wl.layout != "NT" or odd:
-            raise SpecError(f"bad {wl.op} spec {wl.spec!r}: tf32 kernels are mm with both operands K-major "
+        if wl.op not in ("mm", "bmm") or wl.layout != "NT" or odd:
+            raise SpecError(f"bad {wl.op} spec {wl.spec!r}: tf32 kernels are mm or bmm with both operands K-major "
                             f"(PNT: A row-major, B column-major, as torch.nn.Linear's weight), N and M multiples "
                             f"of 64 and K of 32" + (f": {', '.join(odd)}" if odd else ""))
         return

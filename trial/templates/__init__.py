@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 BY_OP = {"mm": "trial.templates.matmul", "bmm": "trial.templates.matmul", "conv": "trial.templates.conv2d"}
 TENSOR_CORE = "trial.templates.tensorcore"  # mm and bmm in the narrow types (trial/dtypes.py)
-WGMMA = "trial.templates.wgmma"  # mm on Hopper: 16-bit types, and 8-bit and TF32 with K-major operands (its `takes`)
+WGMMA = "trial.templates.wgmma"  # mm, bmm on Hopper: 16-bit types, 8-bit and TF32 with K-major operands (`takes`)
 SIMT = "trial.templates.simt"  # float32 mm on Hopper (its `applies`)
 
 

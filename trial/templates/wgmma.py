@@ -1,5 +1,5 @@
-"""Float16, bfloat16, float8 e4m3, int8 and TF32 matmul on Hopper's warpgroup MMA (wgmma, CUDA sm_90a), written
-in TVM's TIRx script layer.
+"""Float16, bfloat16, float8 e4m3, int8 and TF32 matmul and batched matmul on Hopper's warpgroup MMA (wgmma, CUDA
+sm_90a), written in TVM's TIRx script layer.
 
 The `mma.sync` kernels of tensorcore.py load every fragment from shared memory into registers with
 `ldmatrix`; on an H100 they reach about 45 % of cuBLAS on the study's float16 matmuls.  Here a
@@ -40,9 +40,11 @@ Knobs:
 
 The kernel: wgmma_kernel.py; its shared layout and descriptors: wgmma_operand.py.
 
-Only mm on sm_90 whose N and M divide by 64 and K by the K tile, with both operands K-major (PNT) for the
-8-bit types and TF32 (`applies`); elsewhere tensorcore.py serves (TF32: matmul.py, float32 on the CUDA
-cores).
+Only mm and bmm on sm_90 whose N and M divide by 64 and K by the K tile, with both operands K-major (PNT) for
+the 8-bit types and TF32 (`applies`); elsewhere tensorcore.py serves (TF32: matmul.py, float32 on the CUDA
+cores).  A bmm is its B products in one launch: the grid's rows are every product's row tiles in turn, each
+CTA multiplying one tile of one product, whose operands it reads through rank-3 tensor maps (the product
+the outermost coordinate); a cluster pairs row tiles of one product, whose B tile it shares.
 """
 from __future__ import annotations
 
@@ -52,8 +54,8 @@ from ..constraints import Rule
 from ..workload import Workload
 from .k_split import slice_rules
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
-from .wgmma_kernel import WARPGROUP, WGMMA_TYPES, kernel, shared_bytes
-from .wgmma_operand import k_tile
+from .wgmma_kernel import WARPGROUP, WGMMA_TYPES, kernel
+from .wgmma_operand import k_tile, shared_bytes
 
 if TYPE_CHECKING:
     import tvm
@@ -69,19 +71,27 @@ __all__ = ["applies", "search_space", "upgrade", "default_params", "prim_func", 
 
 
 INT_MAX_COLS = 224  # the widest int8 wgmma (m64n224k32)
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, which a grid without clusters gives its row tiles
+
+
+def rows_of_tiles(wl: Workload, rows: int) -> int:
+    """The grid's rows of block tiles `rows` high: N's row tiles, for each of bmm's B products."""
+    return wl.dims["N"] // rows * wl.dims.get("B", 1)
 
 
 def takes(wl: Workload) -> bool:
-    """Whether the kernel is written for `wl`'s op, types and layout: mm in a type of WGMMA_TYPES, the 8-bit
+    """Whether the kernel is written for `wl`'s op, types and layout: mm or bmm in a type of WGMMA_TYPES, the 8-bit
     types and TF32 with both operands K-major (PNT)."""
-    return wl.op == "mm" and wl.dtype in WGMMA_TYPES and (wl.element.itemsize == 2 or wl.layout == "NT")
+    return wl.op in ("mm", "bmm") and wl.dtype in WGMMA_TYPES and (wl.element.itemsize == 2 or wl.layout == "NT")
 
 
 def applies(wl: Workload, target: Target | None) -> bool:
-    """Whether this template serves `wl` on `target`: `takes(wl)`, N and M in 64s and K in K tiles, a Hopper GPU."""
+    """Whether this template serves `wl` on `target`: `takes(wl)`, N and M in 64s and K in K tiles, a Hopper GPU,
+    and a grid of the default config's tiles within `MAX_GRID_Y` rows."""
     d = wl.dims
     return (target is not None and target.kind == "cuda" and target.cuda_arch == 90 and takes(wl)
-            and d["N"] % 64 == 0 and d["M"] % 64 == 0 and d["K"] % k_tile(wl.element.itemsize) == 0)
+            and d["N"] % 64 == 0 and d["M"] % 64 == 0 and d["K"] % k_tile(wl.element.itemsize) == 0
+            and rows_of_tiles(wl, default_params(wl, True)["rows"]) <= MAX_GRID_Y)
 
 
 def search_space(wl: Workload) -> dict[str, Any]:
@@ -132,7 +142,9 @@ def rules(wl: Workload) -> list[Rule]:
     earlier tile in that stage for its own, where TMA copies land out of order; 3 stages, slices 2 faulted
     or hung on an H100), and the stages outnumber what the slices hold (a stage is refilled once its
     tile's slice has committed `in_flight` tiles after it: stages 2, in_flight 1, slices 2 hung).
-    tests/test_wgmma_pipeline.py checks both against every interleaving of a model of the pipeline."""
+    tests/test_wgmma_pipeline.py checks both against every interleaving of a model of the pipeline.  A grid
+    without clusters has a row for each row tile (of every product of a bmm): at most `MAX_GRID_Y` (a cluster
+    grid is launched flat, along x)."""
     d, depth = wl.dims, k_tile(wl.element.itemsize)
     widest = INT_MAX_COLS if wl.element.is_integer else max(search_space(wl)["cols"]["_value"])
     return [Rule(lambda r, c: float(d["K"] % depth != 0), 0.0, grows=False,
@@ -158,7 +170,13 @@ def rules(wl: Workload) -> list[Rule]:
                                       f"each slice holds its tile's stage and those of its tiles in flight, and "
                                       f"the next tile's stage would never be released (a deadlock)"),
             Rule(lambda r, c: float(c["cluster"] > 1 and c["split"] > 1), 0.0, grows=False,
-                 message=lambda r, c: "a cluster shares B (cluster 2) or splits K (split > 1), not both")]
+                 message=lambda r, c: "a cluster shares B (cluster 2) or splits K (split > 1), not both"),
+            Rule(lambda r, c: float(c["cluster"] * c["split"] == 1 and rows_of_tiles(wl, c["rows"]) > MAX_GRID_Y),
+                 0.0, grows=False,
+                 message=lambda r, c: f"{rows_of_tiles(wl, c['rows'])} row tiles of {c['rows']} rows (N {d['N']}"
+                                      f"{' x B ' + str(d['B']) if 'B' in d else ''}) exceed the {MAX_GRID_Y} grid rows "
+                                      f"(gridDim.y) CUDA launches: taller tiles, or a cluster (cluster 2 or split > "
+                                      f"1, whose grid is flat), fit")]
 
 
 def compile_kernel(mod: tvm.IRModule, target: Target) -> Any:

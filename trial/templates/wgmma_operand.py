@@ -8,10 +8,17 @@ descriptors (16-byte units, PTX ISA "matrix descriptor"; the MN-major pair as CU
 gives it, verified on an H100): K-major LBO 1 (unused), SBO 64 (8 rows of 128 B), a step of +32 B per
 wgmma (k16 of a 16-bit type, k32 of an 8-bit one); MN-major LBO 512 (between 64-wide boxes), SBO 64 (8 K
 rows), k16 step +2 KiB.  The wgmma's transpose bit is 1 for MN-major operands.
+
+A batched operand (bmm) is `batch` such matrices one after another: its tensor map is of rank 3, the matrix
+outermost, and each box one matrix deep, so that a box lands in shared memory as the rank-2 one does.
+
+The kernel's dynamic shared pool (`shared_bytes`) is laid out here too.
 """
 from __future__ import annotations
 
 from typing import Any
+
+from .k_split import partial_sums
 
 
 def k_tile(itemsize: int) -> int:
@@ -22,32 +29,57 @@ K_TILE_BYTES = 128  # a 128-byte swizzle row: one K tile of a K-major operand
 K_STEP_BYTES = 32  # the K of one wgmma: 16 products of a 16-bit type, 32 of an 8-bit one
 BOX = 64  # a box of an MN-major (16-bit) operand: 64 x 64 elements, 8 KiB
 SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B, and the descriptor's layout type for it
+ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
+C_PAD = 8  # elements after each row of the staged output: a pair of sums' width times 4 banks, 16-byte aligned
+
+
+def staged_elems(p: dict[str, Any]) -> int:
+    """The staged output's elements: the columns this CTA stores, each row `C_PAD` longer (none with epilogue 0)."""
+    return p["rows"] * (p["cols"] // p["split"] + C_PAD) if p["epilogue"] else 0
+
+
+def shared_bytes(p: dict[str, Any], out_bytes: int) -> int:
+    """The kernel's dynamic shared pool: mbarriers (padded to `ALIGN`), the stages (or, where it is larger,
+    the partial tiles and the staged output after them), `ALIGN` of slack for aligning the stages at run
+    time.  A stage's rows are 128 bytes deep in every input type."""
+    stages = p["stages"] * (p["rows"] + p["cols"]) * K_TILE_BYTES
+    partial = partial_sums(p["rows"], p["cols"], p["slices"], p["split"])
+    return 2 * ALIGN + max(stages, (partial * 4 or 16) + staged_elems(p) * out_bytes)
 
 
 class Operand:
     """How one input's K tiles are loaded and described: K-major (one box of `rows` x 64) or MN-major
     (`rows`/64 boxes of 64 x 64).  With `parts` CTAs sharing the tile, each loads 1/`parts` of every box
     (K-major: of its rows, MN-major: of its 64 K rows), which the TMA multicasts to all of them.  Elements
-    are of `itemsize` bytes."""
+    are of `itemsize` bytes.  With `batch` > 1 the input holds that many `extent` x `k` matrices (either
+    order in memory), contiguous one after another, and its tensor map is of rank 3 (`rank`)."""
 
-    def __init__(self, k_major: bool, rows: int, extent: int, k: int, parts: int = 1, itemsize: int = 2) -> None:
+    def __init__(self, k_major: bool, rows: int, extent: int, k: int, parts: int = 1, itemsize: int = 2,
+                 batch: int = 1) -> None:
         if not k_major and itemsize != 2:
             raise ValueError("an MN-major wgmma operand is of a 16-bit type")
         self.k_major, self.rows, self.parts, self.k_tile = k_major, rows, parts, k_tile(itemsize)
         self.boxes = 1 if k_major else rows // BOX
         self.box_elems = rows * self.k_tile if k_major else BOX * self.k_tile
         self.part_elems = self.box_elems // parts  # a part is whole 128-byte rows: the swizzle is unchanged
-        # tensor map: dims and box innermost first, the row stride in bytes
+        # tensor map: dims and box innermost first, the strides (of every dim but the innermost) in bytes
         dims, box = (((k, extent), (self.k_tile, rows // parts)) if k_major
                      else ((extent, k), (BOX, self.k_tile // parts)))
-        self.tensor_map = [*dims, dims[0] * itemsize, *box, 1, 1, 0, SWIZZLE_128B, 2, 0]
+        strides: tuple[int, ...] = (dims[0] * itemsize,)  # a row's
+        if batch > 1:  # the matrix outermost, a box one matrix deep
+            dims, box, strides = (*dims, batch), (*box, 1), (*strides, extent * k * itemsize)
+        self.batch, self.rank = batch, len(dims)
+        self.tensor_map = [*dims, *strides, *box, *[1] * self.rank, 0, SWIZZLE_128B, 2, 0]
         self.lbo, self.sbo = (1, 64) if k_major else (512, 64)
         # elements between the K slices of one wgmma each within a tile
         self.k_step = K_STEP_BYTES // itemsize if k_major else 16 * BOX
         self.transpose = 0 if k_major else 1
 
-    def coords(self, tile: Any, first_row: Any, box: int, part: Any) -> tuple[Any, Any]:
-        """TMA coordinates (innermost first) of part `part` of box `box` of K tile `tile`, rows from `first_row`."""
+    def coords(self, tile: Any, first_row: Any, box: int, part: Any, matrix: Any = 0) -> tuple[Any, ...]:
+        """TMA coordinates (innermost first) of part `part` of box `box` of K tile `tile`, rows from `first_row`,
+        of matrix `matrix` where the operand is batched (rank 3)."""
         if self.k_major:
-            return tile * self.k_tile, first_row + part * (self.rows // self.parts)
-        return first_row + box * BOX, tile * self.k_tile + part * (self.k_tile // self.parts)
+            xy = (tile * self.k_tile, first_row + part * (self.rows // self.parts))
+        else:
+            xy = (first_row + box * BOX, tile * self.k_tile + part * (self.k_tile // self.parts))
+        return (*xy, matrix) if self.batch > 1 else xy
