@@ -241,3 +241,19 @@ def test_screened_opevo_samples_then_breeds_one_offspring_until_its_model_ranks(
     FakeNNI(tuner, lambda c: ok(gflops(c)), concurrency=1).run(30)
     assert [bred.count(n) for n in range(MIN_FIT)] == [0, 0] + [1] * (MIN_FIT - 2)
     assert [n for n, _ in ranked] == list(range(MIN_FIT, 30)) and {c for _, c in ranked} == {8}
+
+
+def test_an_offspring_whose_repair_finds_no_valid_configuration_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A repair's descent can end far from every valid configuration (SpaceError); the run breeds another
+    # offspring instead of failing the experiment.
+    repair, calls = SearchSpace.repair, []
+
+    def lost_every_third(self, config, rng):
+        calls.append(1)
+        if len(calls) % 3 == 0:
+            raise SpaceError("found no configuration that keeps the rules near it")
+        return repair(self, config, rng)
+
+    monkeypatch.setattr(SearchSpace, "repair", lost_every_third)
+    nni_ = FakeNNI(make_tuner(screen=4, seed=4), lambda c: ok(gflops(c)), concurrency=4).run(60)
+    assert len(calls) > 60 and len(set(keys(MATMUL, nni_.proposed))) == len(nni_.proposed) == 60

@@ -37,7 +37,7 @@ from typing import Any
 from .base import SpaceTuner
 from .classargs import number_in, positive_int
 from .surrogate import Surrogate
-from searchspace import Config
+from searchspace import Config, SpaceError
 from searchspace.param import shown
 
 SELECTIONS = ("rank", "fitness")
@@ -94,7 +94,8 @@ class OpEvoTuner(SpaceTuner):
         unseen offspring (with `screen` > 1, the one of `screen` that the cost model ranks first).
 
         An offspring that breaks the device's rules (a constrained space) is repaired to the nearest one that
-        keeps them: parents that each fit may combine into one that does not."""
+        keeps them: parents that each fit may combine into one that does not; one whose repair finds none is
+        left, and another bred."""
         if self.num_pending >= self.offspring_size:
             return None
         parents = self.parents()
@@ -106,13 +107,16 @@ class OpEvoTuner(SpaceTuner):
         candidates: dict[Any, Config] = {}
         child = {}
         for _ in range(BREED_TRIES * wanted):
-            child = self.space.repair(self._breed(configs, weights), self.rng)
+            try:
+                child = self.space.repair(self._breed(configs, weights), self.rng)
+            except SpaceError:  # the repair's descent found no valid configuration near this one: breed another
+                continue
             if not self.is_seen(child):
                 candidates.setdefault(self.space.key(child), child)
                 if len(candidates) == wanted:
                     break
         if not candidates:
-            return self.nearest_unseen(child)
+            return self.nearest_unseen(child) if child else self.random_unseen()
         offspring = list(candidates.values())
         return self._surrogate.best(offspring) if self._surrogate and wanted > 1 else offspring[0]
 
