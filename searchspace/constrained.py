@@ -87,7 +87,8 @@ class ConstrainedSpace(SearchSpace):
     def excess(self, config: Config) -> float:
         """The constraints' excess of `config` (0 when every rule holds), remembered by its values: an
         evolutionary tuner repairs dozens of offspring a trial, scoring every neighbour of each step, and
-        meets the same configurations again and again."""
+        meets the same configurations again and again.  Keyed by every parameter's value, not by `key`, which
+        validates first and folds inactive parameters into one value, where the rules may still tell them apart."""
         try:
             key = tuple(p.key(config[name]) for name, p in self._params.items())
         except (KeyError, TypeError, ValueError):  # values outside the parameters': not remembered

@@ -62,7 +62,6 @@ def test_first_candidate_until_enough_history() -> None:
     assert len(set(scores)) > 1 and model.best(candidates) == candidates[int(scores.argmax())]
 
 
-
 def test_scores_are_the_forest_predictions_of_one_core(monkeypatch) -> None:
     """The trees' own predictions, summed in order, are scikit-learn's `predict` on one thread, bit for bit;
     and the forest built on every core is the one built on one."""
