@@ -23,6 +23,10 @@ of each trial job, they give the mean seconds of each hop of a trial:
   slot idle     per trial, the seconds a trial slot had no process: trialConcurrency x span minus
                 the trials' lifetimes, over the trials
 
+`tuner s a trial` and `tuner busy`: the seconds NNI's dispatcher spent in the tuner's calls (proposals,
+results, trial ends; `tuner_call` marks) over the span, a trial and as a share of the span: the
+dispatcher handles one command at a time, so a busy tuner holds back results and new trials alike.
+
 `trials/s` counts trials from the first trial's start to the last one's end; `incl. start` from
 `nnictl create` (NNI's own start-up included); `steady trials/s` between the trials that ended a
 tenth and nine tenths of the way (benchmarks/spanstats.py: the experiment's ends left out, which weigh
@@ -88,6 +92,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
     proposed: dict[Any, float] = {}
     by_pid: dict[int, dict[str, Any]] = defaultdict(dict)  # trial process -> its events
     tuner_result: dict[Any, float] = {}
+    tuner_calls: list[tuple[float, float]] = []  # (start, seconds) of each call NNI's dispatcher made to the tuner
     for e in events:
         if e["event"] == "tuner_asked":
             for pid in e["parameter_ids"]:
@@ -97,6 +102,8 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
                 proposed.setdefault(pid, e["t"])
         elif e["event"] == "tuner_result":
             tuner_result.setdefault(e["parameter_id"], e["t"])
+        elif e["event"] == "tuner_call":
+            tuner_calls.append((e["t"], e["s"]))
         elif e["event"].startswith("trial_"):
             by_pid[e["pid"]][e["event"]] = e
     ends = {job["trialJobId"]: job["endTime"] / 1000 for job in jobs if job.get("endTime")}
@@ -144,6 +151,8 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
         busy = sum(e - s for s, e in lifetimes)
         out.update(span_s=last - first, first_start=first, last_end=last)
         hops["slot idle"] = [max(0.0, concurrency * (last - first) - busy) / len(lifetimes)]
+        tuner_s = sum(s for t, s in tuner_calls if first <= t <= last)
+        out.update(tuner_busy=tuner_s / (last - first) if last > first else None, tuner_s=tuner_s / len(lifetimes))
         use = device_use(holds, first, last)
         out.update(device_held=use["held"], lock_free_s=use["free_s"], device_ends_s=use["ends_s"],
                    steady_trials_per_s=steady_rate([e for _, e in lifetimes]))
@@ -208,11 +217,15 @@ def _ratio(value: float | None, first: float | None) -> str:
     return "-" if not value or not first else f"{value / first:.2f}"
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 def table(rows: list[dict[str, Any]], first: dict[str, Any] | None = None) -> str:
     """The rows as a markdown table; each rate also as a ratio to `first`'s (the command's first row)."""
     first = first or rows[0]
     header = ["GPUs", "trialConcurrency", "trials", "ok", "trials/s", "vs first", "incl. start", "start s", *HOPS,
-              "steady trials/s", "vs first", *(f"of measure: {s}" for s in SHOWN_STAGES),
+              "tuner s a trial", "tuner busy", "steady trials/s", "vs first", *(f"of measure: {s}" for s in SHOWN_STAGES),
               *(f"of run: {p}" for p in RUN_PARTS), "device lock held",
               "lock free between trials s", "GPU before first and after last trial s",
               "host CPU s a trial", "cores busy",
@@ -223,10 +236,11 @@ def table(rows: list[dict[str, Any]], first: dict[str, Any] | None = None) -> st
             r["gpus"], str(r["concurrency"]), str(r["measured"]), str(r["ok"]), _cell(r["trials_per_s"]),
             _ratio(r["trials_per_s"], first["trials_per_s"]),
             _cell(r["trials_per_s_with_start"]), _cell(r["start_s"], 1), *(_cell(r["hops"][h]) for h in HOPS),
+            _cell(r.get("tuner_s"), 3), _share(r.get("tuner_busy")),
             _cell(r.get("steady_trials_per_s")), _ratio(r.get("steady_trials_per_s"), first.get("steady_trials_per_s")),
             *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES),
             *(_cell(r.get("run_s", {}).get(p), 3) for p in RUN_PARTS),
-            "-" if r.get("device_held") is None else f"{r['device_held']:.0%}", _cell(r.get("lock_free_s"), 3),
+            _share(r.get("device_held")), _cell(r.get("lock_free_s"), 3),
             _cell(r.get("device_ends_s"), 1),
             _cell(r.get("host_cpu_s")),
             "-" if r.get("host_busy") is None else f"{r['host_busy']:.0%} of {r['cores']}",

@@ -116,10 +116,11 @@ class ConstrainedSpace(SearchSpace):
         return (c for c in super().values() if self.excess(c) == 0)
 
     def repair(self, config: Config, rng: random.Random) -> Config:
-        """A valid configuration near `config`: `config` itself if valid, else one reached by moving to the
-        neighbour that is least beyond the rules, step by step (ties at random).  `SpaceError` when no
-        valid configuration is found, e.g. when the device can run no kernel of this space."""
-        current, excess = copy.deepcopy(config), self.excess(config)
+        """A valid configuration near `config`: `config` itself (the same object, not a copy) if valid, else a
+        new one reached by moving to the neighbour that is least beyond the rules, step by step (ties at
+        random).  `SpaceError` when no valid configuration is found, e.g. when the device can run no kernel of
+        this space."""
+        current, excess = config, self.excess(config)
         for _ in range(REPAIR_STEPS):
             if excess == 0:
                 return current

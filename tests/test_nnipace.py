@@ -35,6 +35,9 @@ def test_hops_are_joined_by_what_each_trial_received():
               {"event": "tuner_asked", "t": 2.5, "pid": 1, "parameter_ids": [1]},
               {"event": "tuner_proposed", "t": 2.9, "pid": 1, "parameter_ids": [1]},
               {"event": "tuner_result", "t": 5.0, "pid": 1, "parameter_id": 1},
+              {"event": "tuner_call", "t": 0.0, "pid": 1, "call": "update_search_space", "s": 0.05, "cpu_s": 0.05},
+              {"event": "tuner_call", "t": 0.5, "pid": 1, "call": "generate_multiple_parameters", "s": 0.2},
+              {"event": "tuner_call", "t": 2.05, "pid": 1, "call": "receive_trial_result", "s": 0.25},
               *_trial(10, 0.4, 0.6, 0.7, 1.9, 2.0, 0, "A"),
               *_trial(11, 3.0, 3.2, 3.3, 4.8, 4.9, 1, "B")]
     jobs = [{"trialJobId": "A", "endTime": 2100}, {"trialJobId": "B", "endTime": 5100}]
@@ -43,6 +46,8 @@ def test_hops_are_joined_by_what_each_trial_received():
     assert hops == {"tuner holds": 0.25, "to process": 0.2, "imports": 0.2, "parameters": 0.1, "measure": 1.35,
                     "report": 0.1, "exit": 0.15, "to tuner": 0.075, "slot idle": round((4.7 - 1.7 - 2.1) / 2, 6)}
     assert pace["trials"] == 2 and pace["span_s"] == pytest.approx(4.7)
+    # the tuner's calls that started in the span 0.4-5.1 (not the search space's at 0.0): 0.45 s
+    assert (pace["tuner_s"], pace["tuner_busy"]) == pytest.approx((0.45 / 2, 0.45 / 4.7))
     assert pace["stages"] == {"build": 1.0, "run": 0.25}
     assert pace["cpu_s"] == pytest.approx({"build": 0.9, "run": 0.25, "trial process": 0.5})  # run: 0.2 and 0.3
     assert pace["run_s"] == pytest.approx({"load": 0.01, "timing": 0.25})
@@ -102,6 +107,7 @@ def test_nnictl_pace_on_the_cpu(tmp_path, capsys):
     assert row["measured"] == row["ok"] == row["trials"] == 6 and row["nni_status"] == "DONE"
     assert all(row["hops"][hop] is not None and row["hops"][hop] >= 0 for hop in nnipace.HOPS), row["hops"]
     assert row["stages"]["build"] > 0 and 0 < row["trials_per_s_with_start"] < row["trials_per_s"]
+    assert 0 < row["tuner_s"] and 0 < row["tuner_busy"] < 1  # the tuner's calls, timed in NNI's dispatcher
     assert set(row["run_s"]) == set(nnipace.RUN_PARTS) and row["run_s"]["timing"] > 0  # the run's steps, measured
     assert "| all | 2 | 6 | 6 |" in printed
 

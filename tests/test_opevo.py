@@ -212,19 +212,18 @@ def test_screen_falls_back_to_the_first_offspring_without_a_model(monkeypatch: p
     FakeNNI(make_tuner(seed=1), lambda c: ok(gflops(c)), concurrency=4).run(40)
 
 
-def test_cost_model_is_refitted_once_the_history_grew_by_a_fraction(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cost_model_is_refitted_after_every_result_then_once_a_round(monkeypatch: pytest.MonkeyPatch) -> None:
     # A fit's time grows with the history and NNI waits on the tuner: after every result while the history is
-    # short, then once it grew by 1/REFIT_GROWTH, so a long run fits a few times per doubling, not per result.
-    monkeypatch.setattr("tuners.opevo.REFIT_GROWTH", 16)
+    # short (fewer than 2 x REFIT_ROUND), then once REFIT_ROUND more trials finished, not per result.
+    monkeypatch.setattr("tuners.opevo.REFIT_ROUND", 16)
     sizes: list[int] = []  # the history's length at each fit
     fit = Surrogate.fit
     monkeypatch.setattr(Surrogate, "fit", lambda self, history: sizes.append(len(history)) or fit(self, history))
     FakeNNI(make_tuner(screen=4, seed=2), lambda c: ok(gflops(c)), concurrency=1).run(400)
-    early = [n for n in sizes if n <= 16]
-    assert early == list(range(early[0], 17))  # every result
-    for before, after in zip(sizes, sizes[1:]):
-        assert after - before == max(1, before // 16)  # one trial in flight: the first result past the mark
-    assert sizes[-1] >= 400 - 1 - sizes[-1] // 16 and len(sizes) < 80
+    early = [n for n in sizes if n <= 32]
+    assert early == list(range(early[0], 33))  # every result
+    later = sizes[len(early):]
+    assert later == list(range(48, 400, 16))  # one trial in flight: the first result past each round
 
 
 def test_screened_opevo_samples_then_breeds_one_offspring_until_its_model_ranks(

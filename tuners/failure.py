@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import nni
 from nni.runtime.msg_dispatcher_base import MsgDispatcherBase
 
+from trial import timeline
+
 _logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,7 +55,8 @@ def report(message: str) -> bool:
 def reported(what: str) -> Callable[[F], F]:
     """Decorate a tuner method of the NNI protocol: an exception it raises (other than NNI's
     `NoMoreTrialError`, which is how a tuner says it has nothing to propose) is reported to the manager,
-    as "<tuner class> <what>: <error>", then raised as before."""
+    as "<tuner class> <what>: <error>", then raised as before.  With timelines on, each call is also
+    marked as `tuner_call` with its seconds (`trial.timeline.timed`): NNI's dispatcher waits for them."""
     def wrap(method: F) -> F:
         @functools.wraps(method)
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -64,5 +67,5 @@ def reported(what: str) -> Callable[[F], F]:
             except Exception as err:
                 report(f"{type(self).__name__} {what}: {err}")
                 raise
-        return call  # type: ignore[return-value]
+        return timeline.timed("tuner_call")(call)  # type: ignore[return-value]
     return wrap

@@ -70,7 +70,11 @@ class Ledger:
     def is_seen(self, config: Config) -> bool:
         """Whether `config` was measured (successfully or not) or is in flight."""
         assert self.space is not None
-        return self.space.key(config) in self._entries
+        return self.is_seen_key(self.space.key(config))
+
+    def is_seen_key(self, key: Hashable) -> bool:
+        """`is_seen` of the configuration whose `SearchSpace.key` is `key` (for a caller that needs the key too)."""
+        return key in self._entries
 
     def measured(self) -> list[tuple[Config, float]]:
         """Successful measurements as (configuration, metric), oldest first."""

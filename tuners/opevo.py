@@ -43,11 +43,11 @@ from searchspace.param import shown
 SELECTIONS = ("rank", "fitness")
 BREED_TRIES = 32
 """Offspring bred before falling back to the nearest unseen neighbour of the last one."""
-REFIT_GROWTH = 64
-"""The cost model is refitted once the finished trials have grown by 1/REFIT_GROWTH of those it was fitted on
-(after every one while fewer than 2 x REFIT_GROWTH). A fit takes time in proportion to the history, and NNI's
-dispatcher waits on the tuner: refitted after every result, the model makes a long run's tuner slower than
-several GPUs measure (docs/results.md). Ansor and MetaSchedule also retrain once a round of measurements."""
+REFIT_ROUND = 64
+"""The cost model is refitted after every result while it was fitted on fewer than 2 x REFIT_ROUND, then once
+REFIT_ROUND more trials have finished, as Ansor and MetaSchedule retrain once a round of 64 measurements. A fit
+takes time in proportion to the history, and NNI's dispatcher waits on the tuner: refitted after every result,
+the model makes a long run's tuner slower than several GPUs measure (docs/results.md)."""
 
 
 class OpEvoTuner(SpaceTuner):
@@ -111,8 +111,9 @@ class OpEvoTuner(SpaceTuner):
                 child = self.space.repair(self._breed(configs, weights), self.rng)
             except SpaceError:  # the repair's descent found no valid configuration near this one: breed another
                 continue
-            if not self.is_seen(child):
-                candidates.setdefault(self.space.key(child), child)
+            key = self.space.key(child)
+            if not self.is_seen_key(key):
+                candidates.setdefault(key, child)
                 if len(candidates) == wanted:
                     break
         if not candidates:
@@ -122,12 +123,12 @@ class OpEvoTuner(SpaceTuner):
 
     def _model_ranks(self) -> bool:
         """Whether the cost model can rank offspring (screen > 1 and enough results), refitted first if the space
-        changed or enough trials finished since its last fit (`REFIT_GROWTH`). While it cannot, a single
+        changed or enough trials finished since its last fit (`REFIT_ROUND`). While it cannot, a single
         offspring is bred."""
         if self.screen == 1:
             return False
         finished = self.num_finished
-        grown = finished - self._fitted_on >= max(1, self._fitted_on // REFIT_GROWTH)
+        grown = finished - self._fitted_on >= (1 if self._fitted_on < 2 * REFIT_ROUND else REFIT_ROUND)
         if grown or self._surrogate is None or self._surrogate.space is not self.space:
             history = [(config, None if value is None else self.score(value)) for config, value in self.history()]
             self._surrogate = Surrogate(self.space, self.args.seed)
