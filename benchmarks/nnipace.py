@@ -225,7 +225,8 @@ def table(rows: list[dict[str, Any]], first: dict[str, Any] | None = None) -> st
     """The rows as a markdown table; each rate also as a ratio to `first`'s (the command's first row)."""
     first = first or rows[0]
     header = ["GPUs", "trialConcurrency", "trials", "ok", "trials/s", "vs first", "incl. start", "start s", *HOPS,
-              "tuner s a trial", "tuner busy", "steady trials/s", "vs first", *(f"of measure: {s}" for s in SHOWN_STAGES),
+              "tuner s a trial", "tuner busy", "steady trials/s", "vs first",
+              *(f"of measure: {s}" for s in SHOWN_STAGES),
               *(f"of run: {p}" for p in RUN_PARTS), "device lock held",
               "lock free between trials s", "GPU before first and after last trial s",
               "host CPU s a trial", "cores busy",
