@@ -1,5 +1,6 @@
 """Small CPU experiments for the end-to-end tests: a generated config under tmp_path, a free port,
 and an experiment that is stopped afterwards whatever happens."""
+import random
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,10 +14,30 @@ from trial.remote import LOCAL
 from trial.workload import parse_name
 
 
-def free_port() -> int:
+LISTEN_PORTS = range(20000, 32000)
+"""Where the tests' NNI managers listen: below Linux's ephemeral range (32768-60999 by default), whose ports
+outgoing connections take as their own (the tests' REST polls among them), so that a manager's listen never
+finds its port held by one (EADDRINUSE), as a user's --port 8080 does not."""
+
+
+def free_port(span: int = 8) -> int:
+    """A port of LISTEN_PORTS free for listening, and the `span` - 1 after it (a model's live experiments take
+    one each, from the given port up), drawn at random so that tests do not meet one another's ports."""
+    draw = random.Random()
+    for _ in range(1000):
+        port = draw.randrange(LISTEN_PORTS.start, LISTEN_PORTS.stop - span)
+        if all(_bindable(p) for p in range(port, port + span)):
+            return port
+    raise RuntimeError(f"no {span} free ports in a row in {LISTEN_PORTS}")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def write_config(tmp_path: Path, workload: str, tuner: str, trials: int, concurrency: int = 2,
