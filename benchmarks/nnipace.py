@@ -38,7 +38,7 @@ spins a core), measured in those processes; what is left is NNI's manager and tu
 service's threads, and the rest of the host.  `of run`: the steps of verify-and-time under the lock
 (trial/service/runner.py).  Device columns: the share of the span a GPU's lock was held, the mean
 seconds it stood free between two trials, and the seconds of the span before its first trial and
-after its last (means over the GPUs).
+after its last, and of them before its first (means over the GPUs).
 --driver also runs the same tuner, budget and concurrency through the benchmark driver (no NNI
 manager, no trial processes) on all the GPUs given last, for the rate NNI should approach.  --runner
 measures through TVM's RPC tracker instead (its servers' GPUs; `auto` concurrency counts them); an RPC
@@ -155,6 +155,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
         out.update(tuner_busy=tuner_s / (last - first) if last > first else None, tuner_s=tuner_s / len(lifetimes))
         use = device_use(holds, first, last)
         out.update(device_held=use["held"], lock_free_s=use["free_s"], device_ends_s=use["ends_s"],
+                   device_before_s=use["before_s"],
                    steady_trials_per_s=steady_rate([e for _, e in lifetimes]))
     out["hops"] = {hop: _mean(hops[hop]) for hop in HOPS}
     out["stages"] = {stage: _mean(values) for stage, values in stages.items()}
@@ -229,6 +230,7 @@ def table(rows: list[dict[str, Any]], first: dict[str, Any] | None = None) -> st
               *(f"of measure: {s}" for s in SHOWN_STAGES),
               *(f"of run: {p}" for p in RUN_PARTS), "device lock held",
               "lock free between trials s", "GPU before first and after last trial s",
+              "of which before first s",
               "host CPU s a trial", "cores busy",
               *(f"CPU s: {p}" for p in CPU_PARTS)]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * 3 + " ---: |" * (len(header) - 3)]
@@ -242,7 +244,7 @@ def table(rows: list[dict[str, Any]], first: dict[str, Any] | None = None) -> st
             *(_cell(r["stages"].get(s)) for s in SHOWN_STAGES),
             *(_cell(r.get("run_s", {}).get(p), 3) for p in RUN_PARTS),
             _share(r.get("device_held")), _cell(r.get("lock_free_s"), 3),
-            _cell(r.get("device_ends_s"), 1),
+            _cell(r.get("device_ends_s"), 1), _cell(r.get("device_before_s"), 1),
             _cell(r.get("host_cpu_s")),
             "-" if r.get("host_busy") is None else f"{r['host_busy']:.0%} of {r['cores']}",
             *(_cell(r.get("cpu_s", {}).get(p)) for p in CPU_PARTS)]) + " |")

@@ -52,7 +52,7 @@ def measure_tuner(name: str, workload: str, arch: str, trials: int, workers: int
     wl = parse_name(workload)
     target = target_of(arch)
     template = templates.load(wl, target=target)
-    tuner, _ = driver.make_tuner(name, seed, wl, target)
+    tuner, _ = driver.make_tuner(name, seed, wl, target, workers)  # classArgs of an experiment of `workers` in flight
     run = driver.drive(tuner, template.search_space(wl), trials, workers, stand_in(wl, template, target))
     valid = sum(t.result.status == Status.OK for t in run.trials)
     return {"workload": workload, "tuner": name, "trials": len(run.trials),

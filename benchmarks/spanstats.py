@@ -47,17 +47,19 @@ def steady_rate(ends: list[float], trim: float = STEADY_TRIM) -> float | None:
 def device_use(spans: list[tuple[Any, float, float]], start: float, end: float) -> dict[str, float | None]:
     """From (device, held, released) of each trial's hold of its device's lock, means over the devices:
     "held", the share of [start, end] a device's lock was held; "free_s", the seconds it stood free
-    between two trials; "ends_s", the seconds of [start, end] before its first hold and after its last."""
+    between two trials; "ends_s", the seconds of [start, end] before its first hold and after its last, of
+    which "before_s" before its first."""
     by_device: dict[Any, list[tuple[float, float]]] = defaultdict(list)
     for dev, held, released in spans:
         by_device[dev].append((held, released))
     if not by_device or end <= start:
-        return {"held": None, "free_s": None, "ends_s": None}
-    shares, gaps, ends = [], [], []
+        return {"held": None, "free_s": None, "ends_s": None, "before_s": None}
+    shares, gaps, ends, before = [], [], [], []
     for holds in by_device.values():
         holds.sort()
         shares.append(sum(r - h for h, r in holds) / (end - start))
         gaps += [max(0.0, h2 - r1) for (_, r1), (h2, _) in zip(holds, holds[1:])]
-        ends.append(max(0.0, holds[0][0] - start) + max(0.0, end - max(r for _, r in holds)))
+        before.append(max(0.0, holds[0][0] - start))
+        ends.append(before[-1] + max(0.0, end - max(r for _, r in holds)))
     return {"held": statistics.fmean(shares), "free_s": statistics.fmean(gaps) if gaps else None,
-            "ends_s": statistics.fmean(ends)}
+            "ends_s": statistics.fmean(ends), "before_s": statistics.fmean(before)}

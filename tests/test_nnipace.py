@@ -55,6 +55,7 @@ def test_hops_are_joined_by_what_each_trial_received():
     # first hold 1.6 - 0.4, after the last 5.1 - 4.75; two trials are too few for a steady rate
     assert (pace["device_held"], pace["lock_free_s"]) == pytest.approx((0.5 / 4.7, 2.65))
     assert pace["device_ends_s"] == pytest.approx(1.2 + 0.35) and pace["steady_trials_per_s"] is None
+    assert pace["device_before_s"] == pytest.approx(1.2)
 
 
 def test_a_trial_without_a_full_timeline_is_left_out():

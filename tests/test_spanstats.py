@@ -10,7 +10,8 @@ def test_device_use_is_a_share_of_the_span_the_gaps_between_holds_and_the_ends_p
     assert use["held"] == pytest.approx((1.25 / 3 + 1.0) / 2)
     assert use["free_s"] == pytest.approx(0.125)
     assert use["ends_s"] == pytest.approx((0.5 + 1.0 + 0.0) / 2)  # device 0: 0.5 before, 1.0 after; device 1: none
-    assert spanstats.device_use([], 0.0, 2.0) == {"held": None, "free_s": None, "ends_s": None}
+    assert use["before_s"] == pytest.approx((0.5 + 0.0) / 2)
+    assert spanstats.device_use([], 0.0, 2.0) == {"held": None, "free_s": None, "ends_s": None, "before_s": None}
     assert spanstats.device_use([(0, 0.0, 1.0)], 0.0, 1.0)["free_s"] is None  # one hold: no gap between two
 
 

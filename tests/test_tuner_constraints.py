@@ -4,11 +4,12 @@ import pytest
 from tuner_harness import FakeNNI, make_tuner, no_checkpoint_dir  # noqa: F401
 
 from benchmarks.proposals import AWKWARD, STUDY, stand_in
-from searchspace import ConstrainedSpace
+from searchspace import ConstrainedSpace, SpaceError
 from trial import templates
 from trial.archs import target_of
 from trial.workload import parse_name
 from tuners.gbfs import GBFSTuner
+from tuners.ledger import RANDOM_TRIES
 from tuners.na2c import NA2CTuner
 from tuners.opevo import OpEvoTuner
 
@@ -35,3 +36,33 @@ def test_every_proposal_is_a_kernel_the_device_runs(cls, name, arch):
     failed = sum(outcome is None for outcome in run.outcomes)
     assert len(run.proposed) == PROPOSALS
     assert failed <= 0.01 * PROPOSALS, f"{failed} of {PROPOSALS} proposals broke the device's rules"
+
+
+@pytest.mark.parametrize("cls", TUNERS, ids=lambda c: c.__name__)
+def test_a_random_draw_whose_repair_finds_nothing_is_drawn_again(cls, monkeypatch):
+    # `sampling: nearest` repairs each draw to the rules, and a repair can end far from every valid
+    # configuration (SpaceError): the draw is left and another made, and only a space where every draw
+    # fails (the device runs none of its kernels) stops the run, with that error.
+    wl, template, report = kernel_speed("mm/N512K1024M1024", "sm_90")
+    sample_nearest, calls = ConstrainedSpace.sample_nearest, []
+
+    def lost_every(nth):
+        def draw(self, rng):
+            calls.append(1)
+            if len(calls) % nth == 0:
+                raise SpaceError("found no configuration that keeps the rules near it")
+            return sample_nearest(self, rng)
+        return draw
+
+    def run(proposals):
+        tuner = make_tuner(cls, template.search_space(wl), workload=wl.name, target="sm_90", sampling="nearest",
+                           seed=3)
+        return FakeNNI(tuner, report, concurrency=8).run(proposals)
+
+    monkeypatch.setattr(ConstrainedSpace, "sample_nearest", lost_every(3))
+    assert len(run(40).proposed) == 40 and len(calls) >= 3
+    monkeypatch.setattr(ConstrainedSpace, "sample_nearest", lost_every(1))
+    calls.clear()
+    with pytest.raises(SpaceError, match="no configuration"):
+        run(8)
+    assert len(calls) == RANDOM_TRIES  # drawn as many times as a tuner tries, then stopped

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Hashable
 from operator import attrgetter
 
-from searchspace import Config, SearchSpace
+from searchspace import Config, SearchSpace, SpaceError
 
 from .state import FAILED, OK, PENDING, Entry
 
@@ -104,14 +104,26 @@ class Ledger:
 
     def random_unseen(self) -> Config | None:
         """A random unseen configuration (uniform, or `sample_nearest`'s), or the nearest unseen one to a sample."""
-        assert self.space is not None
-        draw = self.space.sample_nearest if self.nearest else self.space.sample
-        config = draw(self.rng)
+        config = self._sample()
         for _ in range(RANDOM_TRIES):
             if not self.is_seen(config):
                 return config
-            config = draw(self.rng)
+            config = self._sample()
         return self.nearest_unseen(config)
+
+    def _sample(self) -> Config:
+        """A random configuration (`random_unseen`'s draw).  In a constrained space a draw is repaired to the
+        rules, and a repair can end far from every valid configuration (`SpaceError`): that draw is left and
+        another made; the error stands only when RANDOM_TRIES draws in a row fail, as where the device runs
+        no kernel of the space."""
+        assert self.space is not None
+        draw = self.space.sample_nearest if self.nearest else self.space.sample
+        for _ in range(RANDOM_TRIES - 1):
+            try:
+                return draw(self.rng)
+            except SpaceError:
+                continue
+        return draw(self.rng)  # the last try: its error stands
 
     def nearest_unseen(self, start: Config) -> Config | None:
         """An unseen configuration fewest moves from `start` (random among the nearest); None if none.
