@@ -226,6 +226,21 @@ def test_cost_model_is_refitted_after_every_result_then_once_a_round(monkeypatch
     assert later == list(range(48, 400, 16))  # one trial in flight: the first result past each round
 
 
+def test_with_many_trials_in_flight_the_short_history_is_refitted_once_a_sixteenth_of_them_reported(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 64 in flight are 64 results the model lacks anyway: refitting after each of them would cost NNI's dispatcher
+    # a fit a result for little; after every 64 // 16 = 4th (about: the number in flight varies) it does not.
+    fits: list[tuple[int, int]] = []  # (history length, trials in flight) at each fit
+    fit, tuner = Surrogate.fit, make_tuner(screen=4, offspring_size=64, seed=2)
+    monkeypatch.setattr(Surrogate, "fit", lambda self, history: fits.append((len(history), tuner.num_pending))
+                        or fit(self, history))
+    FakeNNI(tuner, lambda c: ok(gflops(c)), concurrency=64, order_seed=1).run(300)
+    short = [(n, pending) for n, pending in fits if n < 128]
+    assert len(short) > 8
+    for (before, _), (after, pending) in zip(short, short[1:]):
+        assert after - before >= max(1, pending // 16)
+
+
 def test_screened_opevo_samples_then_breeds_one_offspring_until_its_model_ranks(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing is bred before λ (parents_size) trials have finished; breeding `screen` offspring before the

@@ -48,6 +48,9 @@ REFIT_ROUND = 64
 REFIT_ROUND more trials have finished, as Ansor and MetaSchedule retrain once a round of 64 measurements. A fit
 takes time in proportion to the history, and NNI's dispatcher waits on the tuner: refitted after every result,
 the model makes a long run's tuner slower than several GPUs measure (docs/results.md)."""
+IN_FLIGHT_SHARE = 16
+"""With many trials in flight, the short history's refit waits for a 1/IN_FLIGHT_SHARE of them to report: the
+trials in flight are results the model lacks in any case (so at 16 or fewer in flight, after every result)."""
 
 
 class OpEvoTuner(SpaceTuner):
@@ -128,7 +131,8 @@ class OpEvoTuner(SpaceTuner):
         if self.screen == 1:
             return False
         finished = self.num_finished
-        grown = finished - self._fitted_on >= (1 if self._fitted_on < 2 * REFIT_ROUND else REFIT_ROUND)
+        short = self._fitted_on < 2 * REFIT_ROUND
+        grown = finished - self._fitted_on >= (max(1, self.num_pending // IN_FLIGHT_SHARE) if short else REFIT_ROUND)
         if grown or self._surrogate is None or self._surrogate.space is not self.space:
             history = [(config, None if value is None else self.score(value)) for config, value in self.history()]
             self._surrogate = Surrogate(self.space, self.args.seed)
