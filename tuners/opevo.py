@@ -50,7 +50,7 @@ takes time in proportion to the history, and NNI's dispatcher waits on the tuner
 the model makes a long run's tuner slower than several GPUs measure (docs/results.md)."""
 IN_FLIGHT_SHARE = 16
 """With many trials in flight, the short history's refit waits for a 1/IN_FLIGHT_SHARE of them to report: the
-trials in flight are results the model lacks in any case (so at 16 or fewer in flight, after every result)."""
+trials in flight are results the model lacks in any case (so below 32 in flight, after every result)."""
 
 
 class OpEvoTuner(SpaceTuner):
