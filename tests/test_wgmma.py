@@ -3,6 +3,8 @@ device, its kernels compiled as a GPU machine compiles them (NVRTC, then ptxas f
 layout, and every suite tuner proposing only configs of its space that the device runs.  (Its results
 are verified on GPUs only: a CPU has no wgmma; the CPU keeps the tensor-core template's plain schedule.)"""
 import json
+import math
+import random
 import re
 
 import pytest
@@ -10,10 +12,10 @@ from tuner_harness import FakeNNI, make_tuner, no_checkpoint_dir  # noqa: F401
 
 from benchmarks.proposals import stand_in
 from experiments import write
-from searchspace import SearchSpace
+from searchspace import ConstrainedSpace, SearchSpace
 from trial import build, check, templates
 from trial.archs import target_of
-from trial.constraints import KernelRules
+from trial.constraints import KernelRules, not_dividing
 from trial.templates import tensorcore, wgmma
 from trial.workload import parse_name
 from tuners.gbfs import GBFSTuner
@@ -77,6 +79,20 @@ def test_the_device_and_the_tiles_decide_what_is_valid():
     assert wgmma.resources(wl, sliced)["threads"] == 5 * 128
     assert wgmma.resources(wl, sliced)["shared_bytes"] == 2 * 1024 + 128 * 256 * 4 + 128 * (256 + 8) * 2
     assert wgmma.resources(wl, {**sliced, "split": 2})["shared_bytes"] == 2 * 1024 + 128 * 256 * 4 + 128 * 136 * 2
+
+
+def test_a_tile_count_that_does_not_divide_is_graded_by_the_halvings_it_needs():
+    # 0 exactly where the part divides; else log2(part / gcd), so a repair descends 8 -> 4 -> 2 -> 1 on K's 3 tiles
+    # (each move closer), where a 1-or-0 rule gives no step an edge until the last.
+    assert [not_dividing(part, 12) for part in (1, 2, 4, 8, 3, 6, 5)] == [0, 0, 0, 1, 0, 0, math.log2(5)]
+    assert not_dividing(4, 0) == 0  # 0 % 4 == 0: no K tile left to a CTA is another rule's to refuse
+    three_tiles = parse_name("mm/N128K192M128_f16")
+    kernel = KernelRules(three_tiles, wgmma, SM90)
+    split = [kernel.excess({**wgmma.default_params(three_tiles, True), "split": s}) for s in (8, 4, 2, 1)]
+    assert split == sorted(split, reverse=True) and split[-1] == 0 < split[-2] < split[0]
+    space = ConstrainedSpace.of(SearchSpace.from_json(wgmma.search_space(three_tiles)), kernel)
+    repaired = space.repair({**wgmma.default_params(three_tiles, True), "split": 8}, random.Random(0))
+    assert repaired["split"] == 1 and kernel.excess(repaired) == 0
 
 
 @pytest.mark.parametrize("layout,transposes", [("NN", "0_1"), ("NT", "0_0"), ("TN", "1_1"), ("TT", "1_0")])

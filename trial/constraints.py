@@ -9,6 +9,7 @@ vector width that must divide a tile).  `KernelRules` checks both against a devi
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,13 @@ class Rule:
     def excess(self, res: Resources, config: Config) -> float:
         used = self.use(res, config)
         return 0.0 if used <= self.limit else (used - self.limit) / max(self.limit, 1.0)
+
+
+def not_dividing(part: int, whole: int) -> float:
+    """0 where `part` divides `whole`, else how far it is from dividing: log2(part / gcd(part, whole)), the
+    halvings that take a power of two there.  A rule's graded excess gives a repair a slope down to the
+    configurations that keep it, where 1-or-0 leaves it flat until the last step."""
+    return math.log2(part / math.gcd(part, whole))
 
 
 def device_rules(target: Target) -> list[Rule]:

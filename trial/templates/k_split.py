@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..constraints import Rule
+from ..constraints import Rule, not_dividing
 
 
 def slice_rules() -> list[Rule]:
@@ -13,7 +13,7 @@ def slice_rules() -> list[Rule]:
     the phase of another slice's earlier tile in that stage for its own, where TMA copies land out of order; 3
     stages, slices 2 faulted or hung on an H100; tests/test_wgmma_pipeline.py), and slices need the producer,
     which refills a stage when the mbarrier of the slice reading it frees it."""
-    return [Rule(lambda r, c: float(c["stages"] % c["slices"] != 0), 0.0, grows=False,
+    return [Rule(lambda r, c: not_dividing(c["slices"], c["stages"]), 0.0, grows=False,
                  message=lambda r, c: f"stages {c['stages']} are not a multiple of slices {c['slices']}: a stage "
                                       f"that slices share can pass its mbarrier wait on the phase of the other "
                                       f"slice's tile (its copy still landing), and the slice reads that tile"),

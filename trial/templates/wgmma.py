@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..constraints import Rule
+from ..constraints import Rule, not_dividing
 from ..workload import Workload
 from .k_split import slice_rules
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
@@ -151,17 +151,17 @@ def rules(wl: Workload) -> list[Rule]:
                  message=lambda r, c: f"K {d['K']} is not a multiple of the {depth}-deep K tile"),
             Rule(lambda r, c: float(c["cols"] > widest), 0.0, grows=False,
                  message=lambda r, c: f"cols {c['cols']} > {widest}, the widest int8 wgmma"),
-            Rule(lambda r, c: float(d["N"] % (c["rows"] * c["cluster"]) != 0), 0.0, grows=False,
+            Rule(lambda r, c: not_dividing(c["rows"] * c["cluster"], d["N"]), 0.0, grows=False,
                  message=lambda r, c: f"rows {c['rows']}{' x cluster 2' if c['cluster'] > 1 else ''} do not divide "
                                       f"N {d['N']}"),
             Rule(lambda r, c: float(c["cluster"] > 1 and not c["producer"]), 0.0, grows=False,
                  message=lambda r, c: "a cluster's CTAs release the stages they share through mbarriers: "
                                       "cluster 2 needs producer 1"),
-            Rule(lambda r, c: float(d["M"] % c["cols"] != 0), 0.0, grows=False,
+            Rule(lambda r, c: not_dividing(c["cols"], d["M"]), 0.0, grows=False,
                  message=lambda r, c: f"cols {c['cols']} do not divide M {d['M']}"),
-            Rule(lambda r, c: float(d["K"] // depth % c["split"] != 0), 0.0, grows=False,
+            Rule(lambda r, c: not_dividing(c["split"], d["K"] // depth), 0.0, grows=False,
                  message=lambda r, c: f"split {c['split']} does not divide K's {d['K'] // depth} tiles of {depth}"),
-            Rule(lambda r, c: float(d["K"] // depth // c["split"] % c["slices"] != 0), 0.0, grows=False,
+            Rule(lambda r, c: not_dividing(c["slices"], d["K"] // depth // c["split"]), 0.0, grows=False,
                  message=lambda r, c: f"slices {c['slices']} do not divide a CTA's {d['K'] // depth // c['split']} K "
                                       f"tiles"),
             *slice_rules(),
