@@ -34,8 +34,8 @@ more the more GPUs share its trials).  CPU columns, over the same span: the host
 seconds a trial (all processes, from psutil's system-wide counters) and how busy its cores were; of
 them, each trial process's own (Python, imports, NNI's channel, the records), the build worker's
 (TVM and the CUDA compiler, the linker) and the runner's (loading, verifying, timing; a GPU's wait
-spins a core), measured in those processes; what is left is NNI's manager and tuner, the measuring
-service's threads, and the rest of the host.  `of run`: the steps of verify-and-time under the lock
+spins a core), measured in those processes, and the tuner's calls' (beside `tuner s a trial`: computing or
+waiting); what is left is NNI's manager, the measuring service's threads, and the rest of the host.  `of run`: the steps of verify-and-time under the lock
 (trial/service/runner.py).  Device columns: the share of the span a GPU's lock was held, the mean
 seconds it stood free between two trials, and the seconds of the span before its first trial and
 after its last, and of them before its first (means over the GPUs).
@@ -72,7 +72,7 @@ from .spanstats import device_use, host_busy_s, host_cpu, steady_rate
 
 HOPS = ("tuner holds", "to process", "imports", "parameters", "measure", "report", "exit", "to tuner", "slot idle")
 SHOWN_STAGES = ("build", "lock_wait", "run")
-CPU_PARTS = ("trial process", "build", "run")
+CPU_PARTS = ("trial process", "build", "run", "tuner")
 RUN_PARTS = ("load", "tensors", "check", "timing")  # trial/service/runner.py's extra["run_s"]
 RPC = "rpc://"
 
@@ -92,7 +92,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
     proposed: dict[Any, float] = {}
     by_pid: dict[int, dict[str, Any]] = defaultdict(dict)  # trial process -> its events
     tuner_result: dict[Any, float] = {}
-    tuner_calls: list[tuple[float, float]] = []  # (start, seconds) of each call NNI's dispatcher made to the tuner
+    tuner_calls: list[tuple[float, float, float]] = []  # (start, seconds, CPU seconds) of each call to the tuner
     for e in events:
         if e["event"] == "tuner_asked":
             for pid in e["parameter_ids"]:
@@ -103,7 +103,7 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
         elif e["event"] == "tuner_result":
             tuner_result.setdefault(e["parameter_id"], e["t"])
         elif e["event"] == "tuner_call":
-            tuner_calls.append((e["t"], e["s"]))
+            tuner_calls.append((e["t"], e["s"], e.get("cpu_s", 0.0)))
         elif e["event"].startswith("trial_"):
             by_pid[e["pid"]][e["event"]] = e
     ends = {job["trialJobId"]: job["endTime"] / 1000 for job in jobs if job.get("endTime")}
@@ -151,8 +151,9 @@ def trial_hops(events: list[dict[str, Any]], jobs: list[dict[str, Any]], concurr
         busy = sum(e - s for s, e in lifetimes)
         out.update(span_s=last - first, first_start=first, last_end=last)
         hops["slot idle"] = [max(0.0, concurrency * (last - first) - busy) / len(lifetimes)]
-        tuner_s = sum(s for t, s in tuner_calls if first <= t <= last)
+        tuner_s = sum(s for t, s, _ in tuner_calls if first <= t <= last)
         out.update(tuner_busy=tuner_s / (last - first) if last > first else None, tuner_s=tuner_s / len(lifetimes))
+        cpu["tuner"].append(sum(c for t, _, c in tuner_calls if first <= t <= last) / len(lifetimes))
         use = device_use(holds, first, last)
         out.update(device_held=use["held"], lock_free_s=use["free_s"], device_ends_s=use["ends_s"],
                    device_before_s=use["before_s"],

@@ -36,8 +36,9 @@ def test_hops_are_joined_by_what_each_trial_received():
               {"event": "tuner_proposed", "t": 2.9, "pid": 1, "parameter_ids": [1]},
               {"event": "tuner_result", "t": 5.0, "pid": 1, "parameter_id": 1},
               {"event": "tuner_call", "t": 0.0, "pid": 1, "call": "update_search_space", "s": 0.05, "cpu_s": 0.05},
-              {"event": "tuner_call", "t": 0.5, "pid": 1, "call": "generate_multiple_parameters", "s": 0.2},
-              {"event": "tuner_call", "t": 2.05, "pid": 1, "call": "receive_trial_result", "s": 0.25},
+              {"event": "tuner_call", "t": 0.5, "pid": 1, "call": "generate_multiple_parameters", "s": 0.2,
+               "cpu_s": 0.15},
+              {"event": "tuner_call", "t": 2.05, "pid": 1, "call": "receive_trial_result", "s": 0.25, "cpu_s": 0.05},
               *_trial(10, 0.4, 0.6, 0.7, 1.9, 2.0, 0, "A"),
               *_trial(11, 3.0, 3.2, 3.3, 4.8, 4.9, 1, "B")]
     jobs = [{"trialJobId": "A", "endTime": 2100}, {"trialJobId": "B", "endTime": 5100}]
@@ -49,7 +50,8 @@ def test_hops_are_joined_by_what_each_trial_received():
     # the tuner's calls that started in the span 0.4-5.1 (not the search space's at 0.0): 0.45 s
     assert (pace["tuner_s"], pace["tuner_busy"]) == pytest.approx((0.45 / 2, 0.45 / 4.7))
     assert pace["stages"] == {"build": 1.0, "run": 0.25}
-    assert pace["cpu_s"] == pytest.approx({"build": 0.9, "run": 0.25, "trial process": 0.5})  # run: 0.2 and 0.3
+    # run: 0.2 and 0.3; the tuner: its calls' CPU seconds in the span, 0.15 + 0.05, over the two trials
+    assert pace["cpu_s"] == pytest.approx({"build": 0.9, "run": 0.25, "trial process": 0.5, "tuner": 0.1})
     assert pace["run_s"] == pytest.approx({"load": 0.01, "timing": 0.25})
     # the lock held 1.6-1.85 and 4.5-4.75 of the span 0.4-5.1; free 4.5 - 1.85 between the two; before the
     # first hold 1.6 - 0.4, after the last 5.1 - 4.75; two trials are too few for a steady rate
