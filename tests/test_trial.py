@@ -50,7 +50,8 @@ def test_split_k_verifies_and_adds_a_summing_kernel(op, spec, split):
     assert source.count("__global__ void") == 4  # two kernels, each declared, then defined
 
 
-@pytest.mark.parametrize("op,spec", [("mm", "N32K24M16PTN"), ("bmm", "B4N8K12M16PNT"), ("conv", "N2C4HW10F6K3ST2PD1")])
+@pytest.mark.parametrize("op,spec", [("mm", "N32K24M16PTN"), ("bmm", "B4N8K12M16PNT"), ("conv", "N2C4HW10F6K3ST2PD1"),
+                                     ("conv", "N2C8HW6F8K3ST2PD1_bf16")])
 def test_random_configs_verify(op, spec):
     """Configs drawn from the whole search space build and compute the right answer."""
     wl = parse(op, spec)

@@ -28,7 +28,8 @@ def test_vendor_command_says_why_it_has_no_figure(capsys, monkeypatch):
 
 @pytest.mark.parametrize("name", ["mm/N64K48M40", "mm/N32K64M48PTT", "bmm/B3N16K32M24PNT", "mm/N32K64M48PNT_f16",
                                   "mm/N32K64M48PTN_bf16", "mm/N32K64M48_i8", "mm/N64K64M64PNT_tf32",
-                                  "conv/N2C4HW9F6K3ST2PD1", "conv/N2C5HW8F3K3ST1PD1"])
+                                  "conv/N2C4HW9F6K3ST2PD1", "conv/N2C5HW8F3K3ST1PD1", "conv/N2C8HW9F8K3ST2PD1_f16",
+                                  "conv/N1C16HW7F8K1ST1PD0_bf16", "conv/N1C4HW7F8K3ST1PD1_tf32"])
 def test_the_library_computes_on_the_suites_inputs_and_is_checked_against_its_reference(name):
     """On the CPU build of PyTorch (its own kernels, not cuBLAS/cuDNN): the call the baseline times takes the
     suite's seeded inputs in the workload's type and layout, its output passes the float64 reference the

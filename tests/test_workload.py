@@ -68,7 +68,7 @@ def test_a_suffix_names_the_element_type(op, spec, dtype, out, key):
     ("mm", "N512K48M1024_i8", "K=48 is not a multiple of 32"),
     ("mm", "N512K1024M1024PTN_i8", "read A untransposed (PNN or PNT), not PTN"),
     ("bmm", "B70000N16K16M16_f16", "70000 batches exceed the 65535 thread blocks"),
-    ("conv", "N1C3HW8F4K3ST1PD1_f16", "expected the form"),
+    ("conv", "N1C3HW8F4K3ST1PD1_f16", "channels in 16-byte vectors of 8: C=3 is not a multiple of 8, F=4"),
 ])
 def test_tensor_core_specs_that_cannot_be_tiled_are_refused(op, spec, message):
     with pytest.raises(SpecError, match=re.escape(message)):

@@ -38,8 +38,9 @@ EPILOG = """\
 specs (all numbers positive; layout letters are N or T for A then B, default PNN):
   mm    N<n>K<k>M<m>[P<layout>][_<type>]   e.g. N512K1024M1024, N512K1024M1024PNT, N512K1024M1024_f16
   bmm   B<b>N<n>K<k>M<m>[P<layout>][_<type>]  e.g. B960N128K128M64PTN, B960N128K64M128PNT_i8
-  conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>   e.g. N512C3HW227F64K11ST4PD0 (NCHW, square image/kernel)
-  <type>: none (float32), f16, i8 or e4m3: the inputs' type, on tensor cores (docs/tuning.md: Workload specs)
+  conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>[_<type>]  e.g. N512C3HW227F64K11ST4PD0 (NCHW, square image/kernel),
+        N32C64HW56F64K3ST1PD1_f16 (f16, bf16, tf32: NHWC, weights F x K x K x C, as channels_last)
+  <type>: none (float32), f16, bf16, i8, e4m3 or tf32: the inputs' type (docs/tuning.md: Workload specs)
 
 by hand:   python -m trial mm N512K1024M1024 --params '{"K": [1, 64, 4, 4], "X": [16, 1, 8, 4],
              "Y": [16, 1, 4, 16], "unroll": 16, "vec": 1, "pipeline": 0, "kmajor": 0, "pad": 0}'

@@ -136,7 +136,7 @@ def check(wl: Workload, output: Any) -> str | None:
     got = (output.float() if output.is_floating_point() else output).cpu().numpy()
     reference = reference_of(wl)
     wrong = reference.check(got)
-    if wrong and wl.op == "conv" and wl.dims["ST"] == 1 and wl.dims["K"] in winograd.TILE:
+    if wrong and wl.op == "conv" and wl.layout == "NCHW" and wl.dims["ST"] == 1 and wl.dims["K"] in winograd.TILE:
         return reference.check(got, "winograd") and wrong
     return wrong
 
@@ -180,7 +180,8 @@ def library_call(wl: Workload, torch: Any, device: str = "cuda") -> tuple[str, C
     torch._int_mm (int32 out); float8 e4m3: torch._scaled_mm with unit scales (float32 out).  Both 8-bit
     calls get B column-major, copied to that layout once, outside the timing: cuBLASLt's float8 kernel
     takes no other, and its int8 kernels run several times faster on it than on a row-major B (its fast
-    path, as `torch._int_mm` users lay B out).  Neither 8-bit call has a batched form.
+    path, as `torch._int_mm` users lay B out).  Neither 8-bit call has a batched form.  Convolutions: cuDNN
+    through `F.conv2d`, NCHW in float32, channels_last (the NHWC tensors as they are) in the other types.
     """
     import torch.nn.functional as F
 
@@ -191,6 +192,11 @@ def library_call(wl: Workload, torch: Any, device: str = "cuda") -> tuple[str, C
     a, b = operands(wl, torch, device)
     if wl.op == "conv":
         d = wl.dims
+        if wl.layout == "NHWC":  # channels_last: NCHW views of the NHWC tensors, the output's NHWC again
+            x, w = a.permute(0, 3, 1, 2), b.permute(0, 3, 1, 2)
+            name = "cuDNN TF32 (allow_tf32 on)" if e.input_bits else f"cuDNN {e.name}"
+            return (f"{name}, NHWC (channels_last)",
+                    lambda: F.conv2d(x, w, stride=d["ST"], padding=d["PD"]).permute(0, 2, 3, 1))
         return "cuDNN FP32 (TF32 off)", lambda: F.conv2d(a, b, stride=d["ST"], padding=d["PD"])
     x = a.transpose(-1, -2) if wl.layout[0] == "T" else a
     y = b.transpose(-1, -2) if wl.layout[1] == "T" else b

@@ -98,15 +98,19 @@ def _products(wl: Workload, inputs: list[np.ndarray], idx: tuple[np.ndarray, ...
     a, b = inputs
     if wl.op == "conv":
         d = wl.dims
-        n, f, y, x = idx
+        n, f, y, x = (idx[0], idx[3], idx[1], idx[2]) if wl.layout == "NHWC" else idx
         pad, s, k, size = d["PD"], d["ST"], d["K"], d["HW"]
         r = np.arange(k)
         rows = (y * s)[:, None, None] + r[None, :, None] - pad     # (S, k, 1)
         cols = (x * s)[:, None, None] + r[None, None, :] - pad     # (S, 1, k)
         inside = (rows >= 0) & (rows < size) & (cols >= 0) & (cols < size)  # (S, k, k): not padding
-        window = a[n[:, None, None, None], np.arange(d["C"])[None, :, None, None],
-                   np.clip(rows, 0, size - 1)[:, None], np.clip(cols, 0, size - 1)[:, None]]  # (S, C, k, k)
-        window = np.where(inside[:, None], window, 0).astype(np.float64)
+        rows, cols = np.clip(rows, 0, size - 1), np.clip(cols, 0, size - 1)
+        if wl.layout == "NHWC":  # windows (S, k, k, C) against weights F x k x k x C
+            window = a[n[:, None, None], rows, cols].astype(np.float64)
+            window = np.where(inside[..., None], window, 0)
+        else:  # windows (S, C, k, k) against weights F x C x k x k
+            window = a[n[:, None, None, None], np.arange(d["C"])[None, :, None, None], rows[:, None], cols[:, None]]
+            window = np.where(inside[:, None], window, 0).astype(np.float64)
         return (window * b[f].astype(np.float64)).reshape(len(n), -1)
     if wl.op == "mm":
         idx = (np.zeros_like(idx[0]), *idx)

@@ -3,12 +3,14 @@
 Grammar (all numbers are positive integers of at most 9 ASCII digits; PD may be 0):
   mm    N<n>K<k>M<m>[P<layout>][_<type>]       C[n, m] = sum_k A[n, k] * B[k, m]
   bmm   B<b>N<n>K<k>M<m>[P<layout>][_<type>]   the same for each of b batches
-  conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>       NCHW direct convolution, square image and kernel
+  conv  N<n>C<c>HW<hw>F<f>K<k>ST<s>PD<p>[_<type>]  convolution, square image and kernel: NCHW in float32;
+                                                 in a tensor-core type (f16, bf16, tf32) NHWC, as PyTorch's
+                                                 channels_last, the weights F x K x K x C
 <layout> is two letters, N (as above) or T (transposed), for A then B: PNN (default), PNT, PTN, PTT.
 <type> is the inputs' element type (trial/dtypes.py): none for float32, f16 (float16, float32
 accumulation, float16 output), bf16 (bfloat16, float32 accumulation, bfloat16 output), i8 (int8, int32
 accumulation and output), e4m3 (float8 e4m3, float32 accumulation and output) or tf32 (float32 in memory,
-TF32 products, float32 accumulation and output; mm or bmm with both operands K-major, PNT).
+TF32 products, float32 accumulation and output; mm or bmm with both operands K-major, PNT, or conv).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ OPS = ("mm", "bmm", "conv")
 _PATTERNS = {
     "mm": re.compile(r"N(?P<N>[0-9]+)K(?P<K>[0-9]+)M(?P<M>[0-9]+)(?:P(?P<layout>[NT]{2}))?(?:_(?P<dtype>[a-z0-9]+))?"),
     "bmm": re.compile(r"B(?P<B>[0-9]+)N(?P<N>[0-9]+)K(?P<K>[0-9]+)M(?P<M>[0-9]+)(?:P(?P<layout>[NT]{2}))?(?:_(?P<dtype>[a-z0-9]+))?"),
-    "conv": re.compile(r"N(?P<N>[0-9]+)C(?P<C>[0-9]+)HW(?P<HW>[0-9]+)F(?P<F>[0-9]+)K(?P<K>[0-9]+)ST(?P<ST>[0-9]+)PD(?P<PD>[0-9]+)"),
+    "conv": re.compile(r"N(?P<N>[0-9]+)C(?P<C>[0-9]+)HW(?P<HW>[0-9]+)F(?P<F>[0-9]+)K(?P<K>[0-9]+)"
+                       r"ST(?P<ST>[0-9]+)PD(?P<PD>[0-9]+)(?:_(?P<dtype>[a-z0-9]+))?"),
 }
 MAX_DIGITS = 9
 MAX_SPEC_CHARS = 100
@@ -55,9 +58,10 @@ class Workload:
     def key(self) -> str:
         """The canonical op/spec (layout always written), so equal workloads share records."""
         d = self.dims
-        if self.op == "conv":
-            return f"conv/N{d['N']}C{d['C']}HW{d['HW']}F{d['F']}K{d['K']}ST{d['ST']}PD{d['PD']}"
         suffix = self.element.suffix
+        if self.op == "conv":
+            shape = f"N{d['N']}C{d['C']}HW{d['HW']}F{d['F']}K{d['K']}ST{d['ST']}PD{d['PD']}"
+            return f"conv/{shape}" + (suffix and f"_{suffix}")
         return f"{self.op}/" + "".join(f"{k}{v}" for k, v in d.items()) + f"P{self.layout}" + (suffix and f"_{suffix}")
 
     @property
@@ -87,12 +91,16 @@ class Workload:
             return (d["N"], d["M"])
         if self.op == "bmm":
             return (d["B"], d["N"], d["M"])
+        if self.layout == "NHWC":
+            return (d["N"], self.out_hw, self.out_hw, d["F"])
         return (d["N"], d["F"], self.out_hw, self.out_hw)
 
     @property
     def input_shapes(self) -> tuple[tuple[int, ...], ...]:
         """Shapes of the inputs as stored in memory (transposed operands are stored transposed)."""
         d = self.dims
+        if self.layout == "NHWC":
+            return ((d["N"], d["HW"], d["HW"], d["C"]), (d["F"], d["K"], d["K"], d["C"]))
         if self.op == "conv":
             return ((d["N"], d["C"], d["HW"], d["HW"]), (d["F"], d["C"], d["K"], d["K"]))
         a = (d["K"], d["N"]) if self.layout[0] == "T" else (d["N"], d["K"])
@@ -147,8 +155,11 @@ def parse(op: str, spec: str) -> Workload:
     for k, v in dims.items():
         if v <= 0 and k not in allowed_zero:
             raise SpecError(f"bad {op} spec {spec!r}: {k} must be positive, got {v}")
-    wl = Workload(op, spec, dims, layout if op != "conv" else "NCHW", BY_SUFFIX[suffix].name)
-    if wl.element.mma_k:
+    conv_layout = "NHWC" if suffix else "NCHW"
+    wl = Workload(op, spec, dims, layout if op != "conv" else conv_layout, BY_SUFFIX[suffix].name)
+    if op == "conv" and suffix:
+        _check_typed_conv(wl)
+    elif wl.element.mma_k:
         _check_tensor_core(wl)
     if op == "conv":
         if dims["K"] > dims["HW"] + 2 * dims["PD"]:
@@ -185,6 +196,20 @@ def _check_tensor_core(wl: Workload) -> None:
     if d.get("B", 1) > MAX_GRID_Z:
         raise SpecError(f"bad {wl.op} spec {wl.spec!r}: {d['B']} batches exceed the {MAX_GRID_Z} thread blocks "
                         f"a tensor-core bmm can give them")
+
+
+def _check_typed_conv(wl: Workload) -> None:
+    """A convolution in a tensor-core type: a floating-point one, and channels in whole 16-byte vectors (the
+    NHWC rows that TMA and vector loads read; cuDNN pads a 3-channel image the same way)."""
+    e, d = wl.element, wl.dims
+    if e.is_integer or e.itemsize == 1:
+        raise SpecError(f"bad conv spec {wl.spec!r}: convolutions take float32 (no suffix), _f16, _bf16 or _tf32, "
+                        f"not _{e.suffix}")
+    vector = 16 // e.itemsize
+    odd = [f"{k}={d[k]} is not a multiple of {vector}" for k in ("C", "F") if d[k] % vector]
+    if odd:
+        raise SpecError(f"bad conv spec {wl.spec!r}: {e.name} convolutions read and write channels in 16-byte "
+                        f"vectors of {vector}: {', '.join(odd)} (pad the channels with zeros)")
 
 
 def parse_name(name: str) -> Workload:

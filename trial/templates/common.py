@@ -133,3 +133,17 @@ def loop_depth(sch: s_tir.Schedule, block, loop) -> int:
     """How many loops enclose `block` down to and including `loop`."""
     wanted = sch.get(loop)
     return next(n for n, found in enumerate(sch.get_loops(block), 1) if sch.get(found).same_as(wanted))
+
+
+def stage_inputs(sch: s_tir.Schedule, block: SBlockRV, loop, threads: list[tuple[str, int]], scope: str,
+                 depth: int, padded: bool) -> None:
+    """Stage both inputs of `block` (a convolution) in shared memory (`scope`) at the top of `loop`, each copy
+    spread over the block's `threads`, the stage "pad" (where `padded`) folded into the copy, whose tile is
+    then exact, and the copies pipelined `depth` deep (`pipeline`)."""
+    for index in (0, 1):
+        shared = sch.cache_read(block, index, scope)
+        sch.compute_at(shared, loop)
+        cooperative_fetch(sch, shared, loop_depth(sch, block, loop), threads)
+    if padded:
+        sch.compute_inline(sch.get_sblock("pad"))
+    pipeline(sch, loop, depth)

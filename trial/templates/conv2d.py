@@ -35,8 +35,8 @@ import numpy as np
 from ..constraints import Rule
 from ..workload import Workload
 from . import conv2d_winograd as winograd
-from .common import (PIPELINE_DEPTHS, cooperative_fetch, factor_knob, greedy_split, loop_depth, pipeline,
-                     pipeline_buffers, shared_scope, unroll)
+from .common import (PIPELINE_DEPTHS, factor_knob, greedy_split, pipeline_buffers, shared_scope, stage_inputs,
+                     unroll)
 
 if TYPE_CHECKING:
     import tvm
@@ -94,7 +94,7 @@ def rules(wl: Workload) -> list[Rule]:
         return Rule(lambda r, c: rule.use(r, c) if algorithm(wl, c) == name else 0.0, rule.limit, rule.message,
                     grows=False)
 
-    return [*(only("direct", r) for r in _direct_rules(wl)),
+    return [*(only("direct", r) for r in unrolled_pipeline_rules(wl)),
             *((only("winograd", r) for r in winograd.rules(wl)) if winograd.applies(wl) else ())]
 
 
@@ -167,7 +167,7 @@ def _direct_resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
             "registers_per_thread": accumulators + 16, "async_copy": p["pipeline"] >= 2}
 
 
-def _direct_rules(wl: Workload) -> list[Rule]:
+def unrolled_pipeline_rules(wl: Workload) -> list[Rule]:
     """Three or four cp.async buffers wait for a count of copies that falls as the pipeline drains; with the
     auto-unroll left to the compiler (`unroll_explicit` 0) that count stays a loop variable, and TVM's CUDA
     code generation needs a constant there (it fails the build)."""
@@ -209,13 +209,7 @@ def _direct_schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRM
         threads = [("threadIdx.z", p["tile_n"][2] * p["tile_f"][2]), ("threadIdx.y", p["tile_y"][2]),
                    ("threadIdx.x", p["tile_x"][2])]
         scope = shared_scope(target, _direct_resources(wl, p)["shared_bytes"])
-        for index in (0, 1):
-            shared = sch.cache_read(conv, index, scope)
-            sch.compute_at(shared, r0)
-            cooperative_fetch(sch, shared, loop_depth(sch, conv, r0), threads)
-        if wl.dims["PD"]:  # padding folded into the shared load, whose tile is then exact
-            sch.compute_inline(sch.get_sblock("pad"))
-        pipeline(sch, r0, p["pipeline"])
+        stage_inputs(sch, conv, r0, threads, scope, p["pipeline"], bool(wl.dims["PD"]))
     else:
         outer = sch.fuse(n0, f0, y0)
         sch.parallel(outer)
