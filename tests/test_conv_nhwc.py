@@ -6,11 +6,12 @@ import re
 import numpy as np
 import pytest
 from test_trial import FAST, GPU
-from test_tuner_constraints import TUNERS, kernel_speed
-from tuner_harness import FakeNNI, make_tuner, no_checkpoint_dir  # noqa: F401
+from test_tuner_constraints import TUNERS
+from tuner_harness import no_checkpoint_dir, refused_proposals  # noqa: F401
 
 from searchspace import SearchSpace
 from trial import build, check, templates
+from trial.templates import conv2d_nhwc
 from trial.measure import measure
 from trial.verify import Reference
 from trial.workload import SpecError, parse, parse_name
@@ -92,9 +93,5 @@ def test_the_gpu_schedule_lowers_to_cuda_with_the_estimated_shared_memory(name):
 @pytest.mark.parametrize("cls", TUNERS, ids=lambda c: c.__name__)
 def test_the_suites_tuners_propose_kernels_the_device_runs(cls):
     """ResNet-50's 3x3 layer in float16 on an H100/H200: (almost) every proposal passes the knob check."""
-    name = "conv/N32C64HW56F64K3ST1PD1_f16"
-    wl, template, report = kernel_speed(name, "sm_90")
-    tuner = make_tuner(cls, template.search_space(wl), workload=name, target="sm_90", seed=2)
-    run = FakeNNI(tuner, report, concurrency=8).run(200)
-    failed = sum(outcome is None for outcome in run.outcomes)
-    assert len(run.proposed) == 200 and failed <= 2, f"{failed} of 200 proposals broke the device's rules"
+    failed = refused_proposals(cls, "conv/N32C64HW56F64K3ST1PD1_f16", conv2d_nhwc, "sm_90", 200, seed=2)
+    assert failed <= 2, f"{failed} of 200 proposals broke the device's rules"

@@ -15,10 +15,13 @@ from typing import Any
 import nni
 import pytest
 
+from benchmarks.proposals import stand_in
 from experiments.dispatcher import Dispatcher
 from tuners.base import CHECKPOINT_ENV, RequestQueued, SpaceTuner
 from tuners.state import parse_metric
 from searchspace import Config, SearchSpace
+from trial.archs import target_of
+from trial.workload import parse_name
 
 # A matmul space whose `vec` is an unordered choice, so every parameter type but perm appears.
 MATMUL = {
@@ -162,6 +165,17 @@ def make_tuner(cls: type[SpaceTuner], space: dict, **kwargs: Any) -> Any:
     tuner = cls(**kwargs)
     tuner.update_search_space(space)
     return tuner
+
+
+def refused_proposals(cls: type[SpaceTuner], name: str, template: Any, arch: str, proposals: int, seed: int = 1) -> int:
+    """How many of `proposals` of a `cls` tuner on `template`'s space for workload `name` the knob check refuses on
+    `arch` (the proposals benchmark's GPU stand-in measures the others), 8 in flight."""
+    wl = parse_name(name)
+    evaluate = stand_in(wl, template, target_of(arch))
+    tuner = make_tuner(cls, template.search_space(wl), workload=name, target=arch, seed=seed)
+    run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=8).run(proposals)
+    assert len(run.proposed) == proposals
+    return sum(outcome is None for outcome in run.outcomes)
 
 
 def keys(space: dict, configs: list[Config]) -> list[tuple]:

@@ -38,12 +38,13 @@ TENSOR_CORE = "trial.templates.tensorcore"  # mm and bmm in the narrow types (tr
 WGMMA = "trial.templates.wgmma"  # mm, bmm on Hopper: 16-bit types, 8-bit and TF32 with K-major operands (`takes`)
 SIMT = "trial.templates.simt"  # float32 mm on Hopper (its `applies`)
 CONV_NHWC = "trial.templates.conv2d_nhwc"  # conv in float16, bfloat16 and TF32, NHWC
+CONV_GEMM = "trial.templates.conv2d_gemm"  # their 1x1 stride-1 convolutions on Hopper, as wgmma matmuls
 
 
 def candidates(wl: Workload) -> list[Any]:
     """The template modules that can serve `wl`, the device-specific ones first, the portable one last."""
-    if wl.op == "conv" and wl.layout == "NHWC":  # the tensor-core types' convolutions
-        return [importlib.import_module(CONV_NHWC)]
+    if wl.op == "conv" and wl.layout == "NHWC":  # the tensor-core types' convolutions: pointwise ones on wgmma
+        return [importlib.import_module(m) for m in (CONV_GEMM, CONV_NHWC)]
     if wl.element.input_bits:  # TF32: Hopper's wgmma kernel; elsewhere float32 on the CUDA cores (exact products)
         return [importlib.import_module(m) for m in (WGMMA, BY_OP[wl.op])]
     if not wl.element.mma_k:

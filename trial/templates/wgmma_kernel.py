@@ -40,15 +40,16 @@ WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16)
 """The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
 
 
-def kernel(wl: Workload, p: dict[str, Any]) -> Any:
-    """The PrimFunc of `wl` with knobs `p` (wgmma.py's space)."""
+def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] | None = None) -> Any:
+    """The PrimFunc of `wl` with knobs `p` (wgmma.py's space); its buffers of `shapes` (A, B, C) where they are
+    another operator's tensors holding `wl`'s matrices row-major (an NHWC 1x1 convolution's: conv2d_gemm.py)."""
     from tvm import tirx
     from tvm.script import tirx as T
 
     n, k, m, batch = wl.dims["N"], wl.dims["K"], wl.dims["M"], wl.dims.get("B", 1)
     rows, cols, stages, in_flight = p["rows"], p["cols"], p["stages"], p["in_flight"]
     producer, cluster, split, epilogue, slices = p["producer"], p["cluster"], p["split"], p["epilogue"], p["slices"]
-    a_shape, b_shape = wl.input_shapes
+    a_shape, b_shape, c_shape = shapes or (*wl.input_shapes, wl.output_shape)
     e, out = wl.element, wl.out_dtype  # the inputs' type (and the stages'), the output's (and the staged tile's)
     size, per_segment = e.itemsize, SEGMENT // wl.out_itemsize  # output elements in 16 bytes
     ptx_types, mma_k = WGMMA_TYPES[e.name]
@@ -169,7 +170,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
         A = T.match_buffer(A_ptr, a_shape, dtype=e.tvm, align=16)
         B = T.match_buffer(B_ptr, b_shape, dtype=e.tvm, align=16)
-        C = T.match_buffer(C_ptr, wl.output_shape, dtype=out, align=16)
+        C_in = T.match_buffer(C_ptr, c_shape, dtype=out, align=16)
+        C = T.decl_buffer(wl.output_shape, out, data=C_in.data)  # the matrix C is
         a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, e.tvm, a.rank, A.data, *a.tensor_map)
         b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
