@@ -24,11 +24,11 @@ TENSOR_CORE = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTN_f16", "bmm/B960N12
                "mm/N512K1024M1024_bf16", "bmm/B960N128K64M128PNT_bf16",
                "mm/N512K1024M1024_i8", "mm/N512K1024M1024PNT_i8", "mm/N512K1024M1024PNT_e4m3",
                "mm/N512K1024M1024PNT_tf32", "bmm/B960N128K64M128PNT_tf32", "conv/N32C64HW56F64K3ST1PD1_f16",
-               "conv/N32C64HW56F256K1ST1PD0_f16"]
+               "conv/N32C64HW56F256K1ST1PD0_f16", "conv/N32C8HW224F64K7ST2PD3_f16"]
 """Tensor-core workloads of the GPU check: each element type, transposed float16 operands, the 8-bit types
-with B column-major, bmm in float16, bfloat16 and TF32 (on Hopper, the wgmma template's), and two float16 NHWC
-convolutions of ResNet-50 at batch 32: its layer1 3x3 (conv2d_nhwc.py's direct kernel, on the CUDA cores) and
-1x1 expand (on Hopper, the wgmma matmul on its tensors: conv2d_gemm.py)."""
+with B column-major, bmm in float16, bfloat16 and TF32 (on Hopper, the wgmma template's), and three float16
+NHWC convolutions of ResNet-50 at batch 32 (conv2d_gemm.py on Hopper): its layer1 3x3 (an implicit GEMM), 1x1
+expand (the matmul on its tensors) and stem, its 3 channels padded to 8 (conv2d_nhwc.py's direct kernel)."""
 HEADER = ["workload", "status", "GFLOPS", "ms", "vendor GFLOPS", "ratio", "reason"]
 
 

@@ -12,8 +12,8 @@ the tile's columns from all of them through distributed shared memory (`mapa`, `
 and stores it: the partial sums never leave the cluster, and no second kernel adds them up.
 
 A bmm's B products share one launch: grid row `by` is row tile by % (N / rows) of product by // (N / rows)
-(`row_of`, `matrix_of`), each operand's tensor map is of rank 3 with the product outermost, so that a TMA box
-holds one product's tile, and C is indexed [product, row, column] (`c_at`).  A cluster's CTAs compute row tiles
+(wgmma_rows.py's `MatrixRows`), each operand's tensor map is of rank 3 with the product outermost, so that a TMA
+box holds one product's tile, and C is indexed [product, row, column] (`c_at`).  A cluster's CTAs compute row tiles
 of one product, whose row tiles are a multiple of the cluster (a rule).  mm's kernel is unchanged by this.
 
 Types (`WGMMA_TYPES`): float16 and bfloat16 in any layout, written in their own type; float8 e4m3, int8 and
@@ -31,6 +31,7 @@ from ..workload import Workload
 from .k_split import partial_sums, peer_sum
 from .tma_stages import init_stages
 from .wgmma_operand import ALIGN, C_PAD, SWIZZLE_128B, Operand, k_tile, shared_bytes, staged_elems
+from .wgmma_rows import MatrixRows, PixelRows
 
 WARPGROUP = 128
 SEGMENT = 16  # bytes of each store of the staged output to C
@@ -40,13 +41,15 @@ WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16)
 """The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
 
 
-def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] | None = None) -> Any:
+def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] | None = None,
+           pixels: PixelRows | None = None) -> Any:
     """The PrimFunc of `wl` with knobs `p` (wgmma.py's space); its buffers of `shapes` (A, B, C) where they are
-    another operator's tensors holding `wl`'s matrices row-major (an NHWC 1x1 convolution's: conv2d_gemm.py)."""
+    another operator's tensors (an NHWC convolution's: conv2d_gemm.py), whose rows of A and C are `pixels` where
+    they are an implicit GEMM's (wgmma_rows.py), else `wl`'s matrices, row-major."""
     from tvm import tirx
     from tvm.script import tirx as T
 
-    n, k, m, batch = wl.dims["N"], wl.dims["K"], wl.dims["M"], wl.dims.get("B", 1)
+    k, m, batch = wl.dims["K"], wl.dims["M"], wl.dims.get("B", 1)
     rows, cols, stages, in_flight = p["rows"], p["cols"], p["stages"], p["in_flight"]
     producer, cluster, split, epilogue, slices = p["producer"], p["cluster"], p["split"], p["epilogue"], p["slices"]
     a_shape, b_shape, c_shape = shapes or (*wl.input_shapes, wl.output_shape)
@@ -54,9 +57,10 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
     size, per_segment = e.itemsize, SEGMENT // wl.out_itemsize  # output elements in 16 bytes
     ptx_types, mma_k = WGMMA_TYPES[e.name]
     acc_type = "uint32" if e.is_integer else "float32"
-    a = Operand(wl.layout[0] == "N", rows, n, k, itemsize=size, batch=batch)
+    tiles_of = pixels or MatrixRows(wl, rows)  # the grid's rows: every matrix's row tiles in turn, or pixel tiles
+    c_view = c_shape if pixels else wl.output_shape
+    a = tiles_of.a
     b = Operand(wl.layout[1] == "T", cols, m, k, parts=cluster, itemsize=size, batch=batch)
-    row_tiles = n // rows  # of each matrix: the grid's rows are every matrix's row tiles in turn
     depth = k_tile(size)
     tiles, consumers, acc_len = k // depth // split, rows // 64, cols // 2  # tiles: this CTA's K tiles
     width = cols // split  # the columns a CTA stores: its tile's, or its share of a split tile's
@@ -70,18 +74,6 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
     issued = tiles if producer else min(stages, tiles)  # tiles it loads before (or without) the consumers
     a_stage, b_stage = rows * depth, cols * depth
     stage_bytes = (a_stage + b_stage) * size  # what arrives in each CTA, its cluster peer's part of B included
-
-    def row_of(by: Any) -> Any:
-        """The first row of grid row `by`'s block tile within its matrix."""
-        return by % row_tiles * rows if batch > 1 else by * rows
-
-    def matrix_of(by: Any) -> Any:
-        """The product (of bmm's `batch`) that grid row `by` computes: 0 for mm."""
-        return by // row_tiles if batch > 1 else 0
-
-    def c_at(by: Any, row: Any, col: Any) -> tuple[Any, ...]:
-        """C's indices of row `row` (within the matrix) and column `col` of grid row `by`'s product."""
-        return (matrix_of(by), row, col) if batch > 1 else (row, col)
 
     def fragment(tx: Any, g: Any) -> tuple[Any, Any]:
         """Row and column within the block tile of a thread's first sum of 8-column group g: the m64nN
@@ -102,8 +94,8 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
     # after the accumulators, the descriptors and scale-d: the operands' scales (the float types) and their
     # transpose bits (the 16-bit types)
     immediates = () if e.is_integer else (1, 1, a.transpose, b.transpose) if size == 2 else (1, 1)
-    copy = f"cp.async.bulk.tensor.{a.rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
-    copy_b = copy + ".multicast::cluster" if cluster > 1 else copy
+    copy = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    copy_a, copy_b = copy.format(tiles_of.a_rank), copy.format(b.rank) + (".multicast::cluster" if cluster > 1 else "")
     to_cluster = [tirx.const((1 << cluster) - 1, "uint16")] if cluster > 1 else []  # multicast's CTA mask
     add_peers = peer_sum(split, acc_type)  # group g's sums of every split CTA, into acc[4j:4j + 4]
     barriers = init_stages(stages, consumers * cluster)  # a stage is released by every warpgroup that reads it
@@ -115,11 +107,11 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
         all of A's, and this CTA's part of B's, multicast to the cluster."""
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(bars[stage]), T.uint32(stage_bytes))
         for q in T.unroll(0, a.boxes):
-            T.ptx[copy](A_s.ptr_to([pad + stage * a_stage + q * a.box_elems]), T.address_of(a_map),
-                        *a.coords(tile, row_of(by), q, 0, matrix_of(by)), T.address_of(bars[stage]))
+            T.ptx[copy_a](A_s.ptr_to([pad + stage * a_stage + q * a.box_elems]), T.address_of(a_map),
+                          *tiles_of.a_coords(tile, by, q), T.address_of(bars[stage]))
         for q in T.unroll(0, b.boxes):
             T.ptx[copy_b](B_s.ptr_to([pad + stage * b_stage + q * b.box_elems + part * b.part_elems]),
-                          T.address_of(b_map), *b.coords(tile, bx * cols, q, part, matrix_of(by)),
+                          T.address_of(b_map), *b.coords(tile, bx * cols, q, part, tiles_of.matrix(by)),
                           T.address_of(bars[stage]), *to_cluster)
 
     @T.macro
@@ -135,12 +127,14 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
     @T.macro
     def store(C, vals, base, g, bx, by, tx):
         """A thread's four sums vals[base:base + 4] of 8-column group `g` to C (`fragment`)."""
-        row = T.meta_var(row_of(by) + fragment(tx, g)[0])
+        row = T.meta_var(fragment(tx, g)[0])
         col = T.meta_var(bx * cols + fragment(tx, g)[1])
-        for v in T.vectorized(2):
-            C[c_at(by, row, col + v)] = to_out(vals[base + v])
-        for v in T.vectorized(2):
-            C[c_at(by, row + 8, col + v)] = to_out(vals[base + 2 + v])
+        if tiles_of.inside(by, row):
+            for v in T.vectorized(2):
+                C[tiles_of.c_at(by, row, col + v)] = to_out(vals[base + v])
+        if tiles_of.inside(by, row + 8):
+            for v in T.vectorized(2):
+                C[tiles_of.c_at(by, row + 8, col + v)] = to_out(vals[base + 2 + v])
 
     @T.macro
     def stage_out(tile, vals, base, g, tx):
@@ -162,31 +156,31 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
             seg = T.meta_var(i * threads + tx)
             row = T.meta_var(seg // (width // per_segment))
             col = T.meta_var(seg % (width // per_segment) * per_segment)
-            if seg < segments:
+            if seg < segments and tiles_of.inside(by, row):
                 for v in T.vectorized(per_segment):
-                    C[c_at(by, row_of(by) + row, bx * cols + first_col + col + v)] = tile[row * row_len + col + v]
+                    C[tiles_of.c_at(by, row, bx * cols + first_col + col + v)] = tile[row * row_len + col + v]
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
         A = T.match_buffer(A_ptr, a_shape, dtype=e.tvm, align=16)
         B = T.match_buffer(B_ptr, b_shape, dtype=e.tvm, align=16)
         C_in = T.match_buffer(C_ptr, c_shape, dtype=out, align=16)
-        C = T.decl_buffer(wl.output_shape, out, data=C_in.data)  # the matrix C is
+        C = T.decl_buffer(c_view, out, data=C_in.data)  # C as `tiles_of.c_at` indexes it
         a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, e.tvm, a.rank, A.data, *a.tensor_map)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, e.tvm, tiles_of.a_rank, A.data, *tiles_of.a_map)
         b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, e.tvm, b.rank, B.data, *b.tensor_map)
         T.device_entry()
         if ctas > 1:  # CTAs of neighbouring row tiles (of one product) pair up to share B; split CTAs share a tile
             # one grid dimension: TVM 0.27 launches a cluster grid flat but reads 2-D cluster ids as such
-            c = T.cluster_id([m // cols * (row_tiles // cluster) * batch])
+            c = T.cluster_id([m // cols * (tiles_of.count // cluster)])
             rank = T.cta_id_in_cluster([ctas])
             bx = T.meta_var(c % (m // cols))
             by = T.meta_var(c // (m // cols) * cluster + rank % cluster)
             part = T.meta_var(rank % cluster)  # which part of B this CTA loads for its pair
             first = T.meta_var(rank // cluster * tiles)  # this CTA's first K tile
         else:
-            bx, by = T.cta_id([m // cols, row_tiles * batch])
+            bx, by = T.cta_id([m // cols, tiles_of.count])
             part = T.meta_var(0)
             first = T.meta_var(0)
         tx = T.thread_id([(consumers * slices + producer) * WARPGROUP])
