@@ -71,7 +71,8 @@ def test_the_kernel_encodes_both_rank_3_maps_and_indexes_c_by_product():
            '0, 3, 2, 0)' in script
     assert 'cuTensorMapEncodeTiled", b_map, "float16", 3, B.data, 192, 64, 5, 384, 24576, 64, 64, 1, 1, 1, 1, ' \
            '0, 3, 2, 0)' in script
-    assert 'C: T.Buffer((5, 128, 192), "float16"' in script and '"3d"' in script and '"2d"' not in script
+    assert 'C_in: T.Buffer((5, 128, 192), "float16"' in script and '"3d"' in script and '"2d"' not in script
+    assert 'C = T.decl_buffer((5, 128, 192), "float16", data=C_in.data)' in script
 
 
 def tile_problems(wl, p, tr):
