@@ -22,6 +22,10 @@ def _kernel(p: ops.Plan) -> torch.Tensor:
     a, b = p.operands
     if wl.op == "conv":
         d = wl.dims
+        if wl.layout == "NHWC":  # NHWC input, F x K x K x C weights, NHWC output
+            y = torch.nn.functional.conv2d(a.permute(0, 3, 1, 2).float(), b.permute(0, 3, 1, 2).float(),
+                                           stride=d["ST"], padding=d["PD"])
+            return y.to(a.dtype).permute(0, 2, 3, 1).contiguous()
         return torch.nn.functional.conv2d(a, b, stride=d["ST"], padding=d["PD"])
     a = a.transpose(-2, -1) if wl.layout[0] == "T" else a
     b = b.transpose(-2, -1) if wl.layout[1] == "T" else b
@@ -40,6 +44,11 @@ def _kernel(p: ops.Plan) -> torch.Tensor:
      "conv/N2C3HW9F4K3ST2PD1"),
     (aten.matmul.default, (torch.randn(32, 16, dtype=torch.float16), torch.randn(16, 48, dtype=torch.float16)),
      "mm/N32K16M48PNN_f16"),
+    (aten.conv2d.default, (torch.randn(2, 8, 9, 9, dtype=torch.float16).to(memory_format=torch.channels_last),
+                           torch.randn(16, 8, 3, 3, dtype=torch.float16).to(memory_format=torch.channels_last),
+                           torch.randn(16, dtype=torch.float16), [2, 2], [1, 1]), "conv/N2C8HW9F16K3ST2PD1_f16"),
+    (aten.conv2d.default, (torch.randn(1, 16, 6, 6, dtype=torch.bfloat16), torch.randn(8, 16, 1, 1, dtype=torch.bfloat16)),
+     "conv/N1C16HW6F8K1ST1PD0_bf16"),  # NCHW-contiguous: copied to NHWC
 ])
 def test_plan_names_the_workload_and_rebuilds_the_result(op, args, workload):
     p = ops.plan(op, args, {})
@@ -60,6 +69,10 @@ def test_plan_names_the_workload_and_rebuilds_the_result(op, args, workload):
     (aten.matmul.default, (torch.randn(4, 5, dtype=torch.float16), torch.randn(5, 6, dtype=torch.float16)),
      "multiple of 16"),
     (aten.softmax.int, (torch.randn(4, 5), -1), "no suite operator"),
+    (aten.conv2d.default, (torch.randn(1, 3, 8, 8, dtype=torch.float16), torch.randn(8, 3, 3, 3, dtype=torch.float16)),
+     "C=3 is not a multiple of 8"),
+    (aten.conv2d.default, (torch.randn(1, 8, 8, 8, dtype=torch.float64), torch.randn(8, 8, 3, 3, dtype=torch.float64)),
+     "float64 convolution: no suite element type"),
 ])
 def test_plan_says_why_a_call_is_not_tunable(op, args, reason):
     p = ops.plan(op, args, {})

@@ -125,7 +125,7 @@ def _conv_key(node: Any, shapes: dict[str, Shape]) -> tuple[str, int] | str:
     if a.get("group", 1) != 1:
         return "grouped or depthwise convolution"
     if tx != 1:
-        return "not float32: the suite's conv2d is float32"
+        return "not float32: the suite's NCHW conv2d is float32 (its float16 and bfloat16 ones are NHWC)"
     if any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
         return "dilated convolution or auto_pad"
     if dx[2] != dx[3] or dw[2] != dw[3] or len(set(pads)) != 1 or strides[0] != strides[1]:

@@ -111,7 +111,9 @@ def _pair(v: Any) -> tuple[int, int]:
 def conv2d(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int = 1, transposed: bool = False,
            check: bool = True) -> Plan | NotTunable:
-    """An NCHW convolution, as the suite's conv spec has it: square image and kernel, groups 1, dilation 1."""
+    """A convolution as the suite's conv spec has it: square image and kernel, groups 1, dilation 1; float32 NCHW,
+    float16 and bfloat16 NHWC (the input and weights read as channels_last lays them, copied where they are
+    not; the NHWC output seen as the channels_last NCHW tensor PyTorch returns)."""
     if transposed:
         return NotTunable(op, "transposed convolution")
     if x.dim() != 4:
@@ -120,20 +122,24 @@ def conv2d(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
         return NotTunable(op, "grouped or depthwise convolution")
     if isinstance(padding, str):
         return NotTunable(op, f"padding given as {padding!r}")
-    if x.dtype != torch.float32 or w.dtype != x.dtype:
-        return NotTunable(op, f"{str(x.dtype).removeprefix('torch.')} convolution: the suite's conv2d is float32")
+    if x.dtype not in SUFFIX or w.dtype != x.dtype:
+        return NotTunable(op, f"{str(x.dtype).removeprefix('torch.')} convolution: no suite element type")
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     if dilation != (1, 1):
         return NotTunable(op, "dilated convolution")
     (n, c, h, wd), (f, _, kh, kw) = x.shape, w.shape
     if h != wd or kh != kw or stride[0] != stride[1] or padding[0] != padding[1]:
         return NotTunable(op, "non-square image, kernel, stride or padding")
-    key = f"conv/N{n}C{c}HW{h}F{f}K{kh}ST{stride[0]}PD{padding[0]}"
+    key = f"conv/N{n}C{c}HW{h}F{f}K{kh}ST{stride[0]}PD{padding[0]}{SUFFIX[x.dtype]}"
     checked = _checked(op, key, check)
     if isinstance(checked, NotTunable):
         return checked
-    finish = (lambda y: y) if bias is None else (lambda y: y + bias.view(1, -1, 1, 1))
-    return Plan(checked, (x.contiguous(), w.contiguous()), finish, _epilogue(bias))
+    nchw = (lambda y: y) if x.dtype == torch.float32 else (lambda y: y.permute(0, 3, 1, 2))
+    finish = nchw if bias is None else (lambda y: nchw(y) + bias.view(1, -1, 1, 1))
+    if x.dtype == torch.float32:
+        return Plan(checked, (x.contiguous(), w.contiguous()), finish, _epilogue(bias))
+    return Plan(checked, (x.permute(0, 2, 3, 1).contiguous(), w.permute(0, 2, 3, 1).contiguous()), finish,
+                _epilogue(bias))
 
 
 def _addmm(op: str, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: Any = 1, alpha: Any = 1,
