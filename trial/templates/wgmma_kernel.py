@@ -14,7 +14,8 @@ and stores it: the partial sums never leave the cluster, and no second kernel ad
 A bmm's B products share one launch: grid row `by` is row tile by % (N / rows) of product by // (N / rows)
 (wgmma_rows.py's `MatrixRows`), each operand's tensor map is of rank 3 with the product outermost, so that a TMA
 box holds one product's tile, and C is indexed [product, row, column] (`c_at`).  A cluster's CTAs compute row tiles
-of one product, whose row tiles are a multiple of the cluster (a rule).  mm's kernel is unchanged by this.
+of one product, whose row tiles are a multiple of the cluster (a rule).  mm's kernel is unchanged by this.  An NHWC
+convolution's implicit GEMM (conv2d_gemm.py) reads A and writes C through pixel tiles instead (`PixelRows`).
 
 Types (`WGMMA_TYPES`): float16 and bfloat16 in any layout, written in their own type; float8 e4m3, int8 and
 TF32 with both operands K-major (PNT: their wgmma transposes neither), written as float32, int32 and
