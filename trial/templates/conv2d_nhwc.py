@@ -2,8 +2,8 @@
 out[n, y, x, f] = sum_{ry, rx, rc} pad(data)[n, y*S + ry, x*S + rx, rc] * w[f, ry, rx, rc], the products
 summed in float32 and the sum written in the output type (float16 and bfloat16 in their own, TF32 in float32).
 
-This is the direct convolution of conv2d.py on NHWC tensors, on the CUDA cores and the CPU: the kernel every
-typed convolution verifies and runs with, against which the tensor-core kernels are measured.
+This is the direct convolution of conv2d.py on NHWC tensors, on the CUDA cores and the CPU: the kernel of every
+typed convolution on the CPU (where CI verifies them) and on GPUs, but for those conv2d_gemm.py takes on Hopper.
 
 Knobs:
   tile_n, tile_y, tile_x, tile_f  factor [N | OH | OW | F, 4]  images / output rows / output columns /
