@@ -215,6 +215,17 @@ def test_bad_knobs_are_rejected_without_a_measuring_process():
     assert "stages" not in r.extra and r.target.startswith("llvm") and r.device
 
 
+@pytest.mark.parametrize("op,spec,extra", [("mm", "N128K128M128_f16", {}),
+                                           ("conv", "N2C64HW8F64K3ST1PD1_f16", {"width": 8})])
+def test_knobs_of_a_hopper_only_kernel_are_invalid_on_the_cpu(op, spec, extra):
+    """The wgmma kernel has no CPU schedule: its knobs on the CPU are refused with the reason, before any build."""
+    knobs = {"rows": 64, "cols": 64, "stages": 4, "in_flight": 1, "producer": 0, "cluster": 1, "split": 1,
+             "slices": 1, "epilogue": 1, **extra}
+    r = measure(parse(op, spec), knobs, FAST)
+    assert r.status == "invalid" and r.build_s is None
+    assert "these instructions exist on CUDA sm_90 GPUs only, not on cpu" in r.reason and "no CPU kernel" in r.reason
+
+
 def test_device_limits_from_the_cache_reject_gpu_knobs(private_service):
     from trial import target
 

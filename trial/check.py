@@ -53,6 +53,10 @@ def check(wl: Workload, template: Any, params: dict[str, Any], target: Target) -
         SearchSpace.from_json(template.search_space(wl)).validate(params)
     except SpaceError as err:
         raise InvalidConfig(str(err)) from None
+    arch = None if target.is_gpu else template.resources(wl, params).get("exact_cuda_arch")
+    if arch:  # a kernel of one GPU architecture's instructions, with no CPU schedule
+        raise InvalidConfig(f"these instructions exist on CUDA sm_{arch} GPUs only, not on {target.device_name}: "
+                            f"{template.__name__.rpartition('.')[2]}'s knobs have no CPU kernel")
     problems = KernelRules(wl, template, target).problems(params)
     if problems:
         raise InvalidConfig("; ".join(problems))
