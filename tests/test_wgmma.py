@@ -123,6 +123,31 @@ def test_bfloat16_mm_on_hopper_is_the_float16_kernel_on_bfloat16(cuda_toolkit):
         assert all(k.stack_bytes == 0 for k in compile_kernels(source, "sm_90a")), config
 
 
+def descriptor(start_units: int, lbo: int, sbo: int) -> int:
+    """A wgmma matrix descriptor with the 128-byte swizzle, as the PTX ISA lays its fields out: start address
+    (16-byte units) bits 0-13, leading byte offset 16-29, stride byte offset 32-45, layout type 62-63 (1)."""
+    return start_units & 0x3FFF | lbo << 16 | sbo << 32 | 1 << 62
+
+
+@pytest.mark.parametrize("layout", ["NN", "TT"])
+def test_each_wgmma_reads_its_k_step_through_descriptors_added_up_from_the_tiles_start(layout):
+    """A K tile's start address is taken once, and each of its four wgmmas' descriptors is that start moved on
+    by the wgmma's K step (K-major: 32 bytes, LBO 1, SBO 64; MN-major: a 2 KiB box row, LBO 512, SBO 64) over
+    the fields every descriptor of the operand shares; no descriptor is encoded field by field in the loop."""
+    wl = parse_name(f"mm/N512K1024M1024P{layout}_f16")
+    config = {**wgmma.default_params(wl, True), "rows": 64, "cols": 64, "producer": 1, "slices": 2}
+    check.check(wl, wgmma, config, SM90)
+    kernel = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source().split("__global__")[-1]
+    assert "encode_matrix_descriptor(" not in kernel
+    k_major = {"a": layout[0] == "N", "b": layout[1] == "T"}
+    for operand in "ab":
+        found = re.findall(rf"desc_{operand}_ptr\[0\] = \(\(uint64_t\)(\d+)ULL \| \(\(uint64_t\)\(?"
+                           rf"{operand}_start_ptr\[0\](?: \+ \(uint\)(\d+)\))?\)", kernel)
+        lbo, step = (1, 2) if k_major[operand] else (512, 128)
+        assert [(int(high), int(units or 0)) for high, units in found] == \
+            [(descriptor(0, lbo, 64), j * step) for j in range(4)], operand
+
+
 @pytest.mark.parametrize("rows,cols,stages", [(64, 64, 14), (128, 128, 7)])
 def test_the_deepest_pipelines_the_shared_memory_holds_compile(cuda_toolkit, rows, cols, stages):
     """Deeper than cuBLAS's float16 kernels go (13 stages of 64 x 64 tiles, 6 of 128 x 128): as deep as the

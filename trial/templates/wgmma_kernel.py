@@ -31,7 +31,7 @@ from typing import Any
 from ..workload import Workload
 from .k_split import partial_sums, peer_sum
 from .tma_stages import init_stages
-from .wgmma_operand import ALIGN, C_PAD, SWIZZLE_128B, Operand, k_tile, shared_bytes, staged_elems
+from .wgmma_operand import ALIGN, C_PAD, Operand, k_tile, shared_bytes, staged_elems
 from .wgmma_rows import MatrixRows, PixelRows
 
 WARPGROUP = 128
@@ -201,6 +201,8 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
                      % T.uint32(ALIGN), "int32") // size
         desc_a: T.uint64
         desc_b: T.uint64
+        a_start: T.uint32  # a K tile's start in shared memory, in the descriptors' 16-byte units
+        b_start: T.uint32
         acc = T.alloc_local((acc_len,), acc_type)
         barriers(bars, a_map, b_map, tx, issuer)
         if cluster > 1:
@@ -215,20 +217,23 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
         if tx < workers:
             for i in T.unroll(0, acc_len):
                 acc[i] = tirx.const(0, acc_type)
+            # the warpgroup's index as lane 0 has it (CUTLASS's canonical_warp_group_idx): one value a warp, for the
+            # descriptors' arithmetic (from threadIdx itself, ptxas spills around the 64 x 256 tile's waits)
+            group = T.tvm_warp_shuffle(T.uint32(0xFFFFFFFF), tx // WARPGROUP, 0, 32, 32)
             for i in T.serial(0, tiles // slices):
                 t = T.meta_var(i * slices + tx // threads)  # this slice's i-th K tile
+                u = T.meta_var(i * slices + group // consumers)  # the same, uniform
                 T.cuda.mbarrier_wait(T.address_of(bars[t % stages]), (t // stages) % 2)
                 T.cuda.warp_sync()
                 T.ptx.wgmma.fence.sync.aligned()
-                for j in T.unroll(0, 4):
-                    T.cuda.wgmma.encode_matrix_descriptor(
-                        T.address_of(desc_a),
-                        A_s.ptr_to([pad + (t % stages) * a_stage + (tx % threads // WARPGROUP) * (64 * depth)
-                                   + j * a.k_step]),
-                        a.lbo, a.sbo, SWIZZLE_128B)
-                    T.cuda.wgmma.encode_matrix_descriptor(
-                        T.address_of(desc_b), B_s.ptr_to([pad + (t % stages) * b_stage + j * b.k_step]),
-                        b.lbo, b.sbo, SWIZZLE_128B)
+                a_start = T.cuda.cvta_generic_to_shared(A_s.ptr_to(
+                    [pad + (u % stages) * a_stage + (group % consumers) * (64 * depth)])) // T.uint32(16)
+                b_start = T.cuda.cvta_generic_to_shared(B_s.ptr_to([pad + (u % stages) * b_stage])) // T.uint32(16)
+                for j in T.unroll(0, 4):  # each wgmma's descriptors: the tile's start moved on by its K step
+                    desc_a = T.uint64(a.descriptor_high()) | T.cast(
+                        a_start + T.uint32(a.descriptor_units(a.k_step)) * T.cast(j, "uint32"), "uint64")
+                    desc_b = T.uint64(b.descriptor_high()) | T.cast(
+                        b_start + T.uint32(b.descriptor_units(b.k_step)) * T.cast(j, "uint32"), "uint64")
                     T.ptx[wgmma](*[acc[i] for i in range(acc_len)], desc_a, desc_b, True, *immediates)
                 T.ptx.wgmma.commit_group.sync.aligned()
                 # this slice's K tile i - in_flight is done with: its stage may be refilled

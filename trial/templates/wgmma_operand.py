@@ -28,7 +28,8 @@ def k_tile(itemsize: int) -> int:
 K_TILE_BYTES = 128  # a 128-byte swizzle row: one K tile of a K-major operand
 K_STEP_BYTES = 32  # the K of one wgmma: 16 products of a 16-bit type, 32 of an 8-bit one
 BOX = 64  # a box of an MN-major (16-bit) operand: 64 x 64 elements, 8 KiB
-SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B, and the descriptor's layout type for it
+SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B
+DESCRIPTOR_SWIZZLE_128B = 1  # a matrix descriptor's layout type for it (PTX ISA, bits 62-63)
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 C_PAD = 8  # elements after each row of the staged output: a pair of sums' width times 4 banks, 16-byte aligned
 
@@ -73,7 +74,18 @@ class Operand:
         self.lbo, self.sbo = (1, 64) if k_major else (512, 64)
         # elements between the K slices of one wgmma each within a tile
         self.k_step = K_STEP_BYTES // itemsize if k_major else 16 * BOX
+        self.itemsize = itemsize
         self.transpose = 0 if k_major else 1
+
+    def descriptor_high(self) -> int:
+        """The bits of this operand's matrix descriptors that every one of them shares: the 128-byte swizzle
+        (bits 62-63), SBO (bits 32-45) and LBO (bits 16-29), base offset 0.  The start address (bits 0-13, the
+        shared address in 16-byte units) is what `descriptor_units` moves."""
+        return DESCRIPTOR_SWIZZLE_128B << 62 | self.sbo << 32 | self.lbo << 16
+
+    def descriptor_units(self, elements: int) -> int:
+        """`elements` of this operand past a descriptor's start, in the start address's 16-byte units."""
+        return elements * self.itemsize // 16
 
     def coords(self, tile: Any, first_row: Any, box: int, part: Any, matrix: Any = 0) -> tuple[Any, ...]:
         """TMA coordinates (innermost first) of part `part` of box `box` of K tile `tile`, rows from `first_row`,
