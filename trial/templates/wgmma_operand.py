@@ -80,7 +80,8 @@ class Operand:
     def descriptor_high(self) -> int:
         """The bits of this operand's matrix descriptors that every one of them shares: the 128-byte swizzle
         (bits 62-63), SBO (bits 32-45) and LBO (bits 16-29), base offset 0.  The start address (bits 0-13, the
-        shared address in 16-byte units) is what `descriptor_units` moves."""
+        shared address in 16-byte units) is what `descriptor_units` moves: 228 KiB of shared memory is 14,592
+        units, so a start never carries into LBO."""
         return DESCRIPTOR_SWIZZLE_128B << 62 | self.sbo << 32 | self.lbo << 16
 
     def descriptor_units(self, elements: int) -> int:
