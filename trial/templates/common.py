@@ -147,3 +147,18 @@ def stage_inputs(sch: s_tir.Schedule, block: SBlockRV, loop, threads: list[tuple
     if padded:
         sch.compute_inline(sch.get_sblock("pad"))
     pipeline(sch, loop, depth)
+
+
+def bind_tiles(sch: s_tir.Schedule, loops: list[tuple[Any, Any, Any]],
+               tiles: list[list[int]]) -> tuple[Any, list[tuple[str, int]]]:
+    """Bind the outer three levels of a direct convolution's four tiled output axes (`loops`, each axis's
+    levels 0-2; `tiles`, their split factors): the first two axes fused on z, the others on y and x, level 0
+    to blocks, 1 to virtual threads, 2 to threads.  Returns the fused block loop and the block's threads (the
+    axes and extents `cooperative_fetch` spreads a copy over)."""
+    fused = []
+    for level, kind in enumerate(("blockIdx", "vthread", "threadIdx")):
+        fused.append(sch.fuse(loops[0][level], loops[1][level]))
+        for loop, axis in ((fused[-1], "z"), (loops[2][level], "y"), (loops[3][level], "x")):
+            sch.bind(loop, f"{kind}.{axis}")
+    threads = [("threadIdx.z", tiles[0][2] * tiles[1][2]), ("threadIdx.y", tiles[2][2]), ("threadIdx.x", tiles[3][2])]
+    return fused[0], threads

@@ -35,8 +35,8 @@ import numpy as np
 from ..constraints import Rule
 from ..workload import Workload
 from . import conv2d_winograd as winograd
-from .common import (PIPELINE_DEPTHS, factor_knob, greedy_split, pipeline_buffers, shared_scope, stage_inputs,
-                     unroll)
+from .common import (PIPELINE_DEPTHS, bind_tiles, factor_knob, greedy_split, pipeline_buffers, shared_scope,
+                     stage_inputs, unroll)
 
 if TYPE_CHECKING:
     import tvm
@@ -201,13 +201,8 @@ def _direct_schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRM
     local = sch.cache_write(conv, 0, "local")
     sch.reverse_compute_at(local, x2)
     if gpu:
-        outer = sch.fuse(n0, f0)
-        for loop, axis in [(outer, "blockIdx.z"), (y0, "blockIdx.y"), (x0, "blockIdx.x"),
-                           (sch.fuse(n1, f1), "vthread.z"), (y1, "vthread.y"), (x1, "vthread.x"),
-                           (sch.fuse(n2, f2), "threadIdx.z"), (y2, "threadIdx.y"), (x2, "threadIdx.x")]:
-            sch.bind(loop, axis)
-        threads = [("threadIdx.z", p["tile_n"][2] * p["tile_f"][2]), ("threadIdx.y", p["tile_y"][2]),
-                   ("threadIdx.x", p["tile_x"][2])]
+        outer, threads = bind_tiles(sch, [(n0, n1, n2), (f0, f1, f2), (y0, y1, y2), (x0, x1, x2)],
+                                    [p["tile_n"], p["tile_f"], p["tile_y"], p["tile_x"]])
         scope = shared_scope(target, _direct_resources(wl, p)["shared_bytes"])
         stage_inputs(sch, conv, r0, threads, scope, p["pipeline"], bool(wl.dims["PD"]))
     else:

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..constraints import Rule
 from ..workload import Workload
-from .common import (PIPELINE_DEPTHS, factor_knob, greedy_split, pipeline_buffers, shared_scope, stage_inputs,
-                     unroll)
+from .common import (PIPELINE_DEPTHS, bind_tiles, factor_knob, greedy_split, pipeline_buffers, shared_scope,
+                     stage_inputs, unroll)
 from .conv2d import UNROLL_STEPS, unrolled_pipeline_rules
 
 if TYPE_CHECKING:
@@ -127,13 +127,8 @@ def schedule(wl: Workload, p: dict[str, Any], target: Target) -> tvm.IRModule:
     out = sch.get_sblock("out")
     sch.reverse_compute_at(out, f2)
     if gpu:
-        outer = sch.fuse(n0, y0)
-        for loop, axis in [(outer, "blockIdx.z"), (x0, "blockIdx.y"), (f0, "blockIdx.x"),
-                           (sch.fuse(n1, y1), "vthread.z"), (x1, "vthread.y"), (f1, "vthread.x"),
-                           (sch.fuse(n2, y2), "threadIdx.z"), (x2, "threadIdx.y"), (f2, "threadIdx.x")]:
-            sch.bind(loop, axis)
-        threads = [("threadIdx.z", p["tile_n"][2] * p["tile_y"][2]), ("threadIdx.y", p["tile_x"][2]),
-                   ("threadIdx.x", p["tile_f"][2])]
+        outer, threads = bind_tiles(sch, [(n0, n1, n2), (y0, y1, y2), (x0, x1, x2), (f0, f1, f2)],
+                                    [p["tile_n"], p["tile_y"], p["tile_x"], p["tile_f"]])
         scope = shared_scope(target, resources(wl, p)["shared_bytes"])
         stage_inputs(sch, conv, r0, threads, scope, p["pipeline"], bool(wl.dims["PD"]))
     else:
