@@ -136,10 +136,8 @@ def conv2d(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
         return checked
     nchw = (lambda y: y) if x.dtype == torch.float32 else (lambda y: y.permute(0, 3, 1, 2))
     finish = nchw if bias is None else (lambda y: nchw(y) + bias.view(1, -1, 1, 1))
-    if x.dtype == torch.float32:
-        return Plan(checked, (x.contiguous(), w.contiguous()), finish, _epilogue(bias))
-    return Plan(checked, (x.permute(0, 2, 3, 1).contiguous(), w.permute(0, 2, 3, 1).contiguous()), finish,
-                _epilogue(bias))
+    inputs = (x, w) if x.dtype == torch.float32 else (x.permute(0, 2, 3, 1), w.permute(0, 2, 3, 1))
+    return Plan(checked, tuple(t.contiguous() for t in inputs), finish, _epilogue(bias))
 
 
 def _addmm(op: str, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: Any = 1, alpha: Any = 1,
