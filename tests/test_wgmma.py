@@ -148,6 +148,25 @@ def test_each_wgmma_reads_its_k_step_through_descriptors_added_up_from_the_tiles
             [(descriptor(0, lbo, 64), j * step) for j in range(4)], operand
 
 
+@pytest.mark.parametrize("split,cluster", [(2, 1), (1, 2)])
+def test_a_clusters_descriptors_take_their_start_from_the_ctas_own_shared_address(split, cluster):
+    """In a cluster the shared address of the CTA of rank 1 is 0x01000400 where rank 0's is 0x400 (`cvta.to.shared`
+    on an H200): each K tile's start is cut to the descriptor's 14-bit field, so that the rank's bits do not land in
+    LBO, which the 128-column MN-major B (two 64-wide boxes, LBO 512) reads."""
+    from trial.templates.wgmma_operand import Operand
+
+    assert Operand.start_units(0x01000400) == Operand.start_units(0x400) == 0x400 // 16
+    wl = parse_name("mm/N512K4096M1024_f16")
+    config = {**wgmma.default_params(wl, True), "rows": 64, "cols": 128, "stages": 8, "producer": 1,
+              "split": split, "cluster": cluster}
+    check.check(wl, wgmma, config, SM90)
+    kernel = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source().split("__global__")[-1]
+    for operand in "ab":
+        starts = re.findall(rf"{operand}_start_ptr\[0\] = \(\(tvm_builtin_cuda_cvta_generic_to_shared\(.*\) >> "
+                            rf"\(uint\)4\) & \(uint\)(\d+)\);", kernel)
+        assert starts == [str((1 << 14) - 1)], operand
+
+
 @pytest.mark.parametrize("rows,cols,stages", [(64, 64, 14), (128, 128, 7)])
 def test_the_deepest_pipelines_the_shared_memory_holds_compile(cuda_toolkit, rows, cols, stages):
     """Deeper than cuBLAS's float16 kernels go (13 stages of 64 x 64 tiles, 6 of 128 x 128): as deep as the

@@ -226,9 +226,9 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
                 T.cuda.mbarrier_wait(T.address_of(bars[t % stages]), (t // stages) % 2)
                 T.cuda.warp_sync()
                 T.ptx.wgmma.fence.sync.aligned()
-                a_start = T.cuda.cvta_generic_to_shared(A_s.ptr_to(
-                    [pad + (u % stages) * a_stage + (group % consumers) * (64 * depth)])) // T.uint32(16)
-                b_start = T.cuda.cvta_generic_to_shared(B_s.ptr_to([pad + (u % stages) * b_stage])) // T.uint32(16)
+                a_start = a.start_units(T.cuda.cvta_generic_to_shared(A_s.ptr_to(
+                    [pad + (u % stages) * a_stage + (group % consumers) * (64 * depth)])))
+                b_start = b.start_units(T.cuda.cvta_generic_to_shared(B_s.ptr_to([pad + (u % stages) * b_stage])))
                 for j in T.unroll(0, 4):  # each wgmma's descriptors: the tile's start moved on by its K step
                     desc_a = T.uint64(a.descriptor_high()) | T.cast(
                         a_start + T.uint32(a.descriptor_units(a.k_step)) * T.cast(j, "uint32"), "uint64")

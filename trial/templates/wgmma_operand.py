@@ -30,6 +30,7 @@ K_STEP_BYTES = 32  # the K of one wgmma: 16 products of a 16-bit type, 32 of an 
 BOX = 64  # a box of an MN-major (16-bit) operand: 64 x 64 elements, 8 KiB
 SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B
 DESCRIPTOR_SWIZZLE_128B = 1  # a matrix descriptor's layout type for it (PTX ISA, bits 62-63)
+START_FIELD = (1 << 14) - 1  # a matrix descriptor's start address: bits 0-13, in 16-byte units
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 C_PAD = 8  # elements after each row of the staged output: a pair of sums' width times 4 banks, 16-byte aligned
 
@@ -79,14 +80,22 @@ class Operand:
 
     def descriptor_high(self) -> int:
         """The bits of this operand's matrix descriptors that every one of them shares: the 128-byte swizzle
-        (bits 62-63), SBO (bits 32-45) and LBO (bits 16-29), base offset 0.  The start address (bits 0-13, the
-        shared address in 16-byte units) is what `descriptor_units` moves: 228 KiB of shared memory is 14,592
-        units, so a start never carries into LBO."""
+        (bits 62-63), SBO (bits 32-45) and LBO (bits 16-29), base offset 0.  The start address (bits 0-13,
+        `start_units`) is what `descriptor_units` moves: 228 KiB of shared memory is 14,592 units, so a start
+        plus a tile's K steps never carries into LBO."""
         return DESCRIPTOR_SWIZZLE_128B << 62 | self.sbo << 32 | self.lbo << 16
 
     def descriptor_units(self, elements: int) -> int:
         """`elements` of this operand past a descriptor's start, in the start address's 16-byte units."""
         return elements * self.itemsize // 16
+
+    @staticmethod
+    def start_units(shared_address: Any) -> Any:
+        """A descriptor's start address field from a 32-bit shared address: its 16-byte units, cut to the field's
+        14 bits as CUTLASS's descriptor does.  In a cluster, the shared address of a CTA other than the first
+        carries its rank above the CTA's own 228 KiB (rank 1: 0x01000400 where rank 0 has 0x400), which would
+        otherwise land in LBO."""
+        return shared_address // 16 & START_FIELD
 
     def coords(self, tile: Any, first_row: Any, box: int, part: Any, matrix: Any = 0) -> tuple[Any, ...]:
         """TMA coordinates (innermost first) of part `part` of box `box` of K tile `tile`, rows from `first_row`,
