@@ -36,9 +36,9 @@ them, each trial process's own (Python, imports, NNI's channel, the records), th
 (TVM and the CUDA compiler, the linker) and the runner's (loading, verifying, timing; a GPU's wait
 spins a core), measured in those processes, and the tuner's calls' (beside `tuner s a trial`: computing or
 waiting); what is left is NNI's manager, the measuring service's threads, and the rest of the host.  `of
-run`: the steps of verify-and-time under the lock (trial/service/runner.py).  Device columns: the share of the span a GPU's lock was held, the mean
-seconds it stood free between two trials, and the seconds of the span before its first trial and
-after its last, and of them before its first (means over the GPUs).
+run`: the steps of verify-and-time under the lock (trial/service/runner.py).  Device columns: the share of
+the span a GPU's lock was held, the mean seconds it stood free between two trials, and the seconds of the
+span before its first trial and after its last, and of them before its first (means over the GPUs).
 --driver also runs the same tuner, budget and concurrency through the benchmark driver (no NNI
 manager, no trial processes) on all the GPUs given last, for the rate NNI should approach.  --runner
 measures through TVM's RPC tracker instead (its servers' GPUs; `auto` concurrency counts them); an RPC

@@ -124,9 +124,9 @@ def test_twin_proposals_stand_for_kernels_the_device_runs(arch, op, spec):
                                      ("conv", "N32C64HW56F64K3ST1PD1_f16"), ("conv", "N32C64HW56F256K1ST1PD0_f16")])
 def test_twin_proposals_over_plain_choices_are_repaired_too(op, spec):
     """The Hopper templates' knobs are plain choices (simt for float32, wgmma for the tensor-core types and for
-    16-bit convolutions, as a matmul or an implicit GEMM), so
-    their twin reads as native but for its marker: a proposal of NNI's Random that breaks the rules stands
-    for the nearest kernel that keeps them, the same values given natively are judged as they are."""
+    16-bit convolutions, as a matmul or an implicit GEMM), so their twin reads as native but for its marker: a
+    proposal of NNI's Random that breaks the rules stands for the nearest kernel that keeps them, the same
+    values given natively are judged as they are."""
     target = target_of("sm_90")
     wl = parse(op, spec)
     template = templates.load(wl, target=target)
