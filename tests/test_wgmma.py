@@ -140,12 +140,12 @@ def test_each_wgmma_reads_its_k_step_through_descriptors_added_up_from_the_tiles
     kernel = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source().split("__global__")[-1]
     assert "encode_matrix_descriptor(" not in kernel
     k_major = {"a": layout[0] == "N", "b": layout[1] == "T"}
-    for operand in "ab":
-        found = re.findall(rf"desc_{operand}_ptr\[0\] = \(\(uint64_t\)(\d+)ULL \| \(\(uint64_t\)\(?"
+    for first, operand in ((0, "a"), (4, "b")):  # descs[j]: A's j-th descriptor, descs[4 + j]: B's
+        found = re.findall(rf"descs_ptr\[(\d)\] = \(\(uint64_t\)(\d+)ULL \| \(\(uint64_t\)\(?"
                            rf"{operand}_start_ptr\[0\](?: \+ \(uint\)(\d+)\))?\)", kernel)
         lbo, step = (1, 2) if k_major[operand] else (512, 128)
-        assert [(int(high), int(units or 0)) for high, units in found] == \
-            [(descriptor(0, lbo, 64), j * step) for j in range(4)], operand
+        assert [(int(at), int(high), int(units or 0)) for at, high, units in found] == \
+            [(first + j, descriptor(0, lbo, 64), j * step) for j in range(4)], operand
 
 
 @pytest.mark.parametrize("split,cluster", [(2, 1), (1, 2)])

@@ -4,8 +4,9 @@ of the grid, read from the kernel's TIR without a GPU.
 `trace` walks the PrimFunc as the threads run it, every thread of every CTA at once (numpy arrays over the grid's
 threads, a mask for the branches each takes): loops run, `if`s split the mask, and each store to the output and
 each `cp.async.bulk.tensor` records its indices (or coordinates) for the threads that reach it.  Only what the
-indices depend on is evaluated (launch ids, loop variables, integer arithmetic); a store or copy whose indices
-need anything else (a value loaded at run time) raises.
+indices depend on is evaluated (launch ids, loop variables, integer arithmetic, locals stored at constant
+indices such as loop counters and a warp's shuffled value); a store or copy whose indices need anything else (a
+value loaded at run time) raises.
 """
 from __future__ import annotations
 
@@ -69,11 +70,26 @@ def _value(expr: Any, env: dict[Any, Any]) -> Any:
         return q if kind == "Div" else a - b * q
     if kind == "Not":
         return np.logical_not(_value(expr.a, env))
-    if kind == "Cast" and (expr.dtype.startswith("int") or expr.dtype.startswith("uint")):
+    if kind == "Cast" and str(expr.ty).startswith(("int", "uint")):
         return _value(expr.value, env)
     if kind == "Select":
         return np.where(_value(expr.condition, env), _value(expr.true_value, env), _value(expr.false_value, env))
+    if kind == "TensorLoad" and _scalar(expr) in env:  # a local the kernel stored (`trace` keeps those it can)
+        return env[_scalar(expr)]
+    if kind == "Call" and expr.op.name.endswith("tvm_warp_shuffle"):  # each warp reads lane `args[2]`'s value
+        value, lane = np.asarray(_value(expr.args[1], env)), int(_value(expr.args[2], env))
+        return value if value.ndim == 0 else np.repeat(value.reshape(-1, 32)[:, lane], 32)
+    if kind == "Call" and expr.op.name.endswith("if_then_else"):
+        return np.where(*(_value(a, env) for a in expr.args))
     raise Unknown(f"{kind}: {expr}")
+
+
+def _scalar(access: Any) -> Any:
+    """The key of a buffer access at constant indices (a local variable of the kernel), or None."""
+    if all(type(i).__name__ == "IntImm" for i in access.indices):
+        buffer = access.buffer if type(access).__name__ == "BufferStore" else access.source
+        return buffer.name, tuple(int(i.value) for i in access.indices)  # the kernel's locals have their own names
+    return None
 
 
 def _launch(func: Any) -> tuple[dict[Any, np.ndarray], int, np.ndarray]:
@@ -148,6 +164,13 @@ def trace(func: Any, output: str = "C") -> Trace:
         elif kind == "BufferStore" and stmt.buffer.name == output:
             result.stores.append(at([_value(i, env) for i in stmt.indices], mask))
             result.store_cta.append(cta[mask])
+        elif kind == "BufferStore" and _scalar(stmt) is not None:  # a local: its value where the mask holds
+            key = _scalar(stmt)
+            try:
+                value = _value(stmt.value, env)
+                env[key] = np.where(mask, value, env[key]) if key in env else value
+            except Unknown:
+                env.pop(key, None)
         elif kind == "Evaluate" and "cp_async_bulk_tensor" in str(getattr(stmt.value, "op", "")):
             args = stmt.value.args
             rank = int(next(a.value for a in args if type(a).__name__ == "StringImm" and a.value.endswith("d")

@@ -54,8 +54,8 @@ from ..constraints import Rule, not_dividing
 from ..workload import Workload
 from .k_split import slice_rules
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
-from .wgmma_kernel import WARPGROUP, WGMMA_TYPES, kernel
-from .wgmma_operand import k_tile, shared_bytes
+from .wgmma_kernel import WARPGROUP, kernel
+from .wgmma_operand import WGMMA_TYPES, k_tile, shared_bytes
 
 if TYPE_CHECKING:
     import tvm

@@ -31,15 +31,11 @@ from typing import Any
 from ..workload import Workload
 from .k_split import partial_sums, peer_sum
 from .tma_stages import init_stages
-from .wgmma_operand import ALIGN, C_PAD, Operand, k_tile, shared_bytes, staged_elems
+from .wgmma_operand import ALIGN, C_PAD, WGMMA_TYPES, Operand, k_tile, shared_bytes, staged_elems
 from .wgmma_rows import MatrixRows, PixelRows
 
 WARPGROUP = 128
 SEGMENT = 16  # bytes of each store of the staged output to C
-WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16),
-               "float8_e4m3fn": ("f32.e4m3.e4m3", 32), "int8": ("s32.s8.s8", 32),
-               "tfloat32": ("f32.tf32.tf32", 8)}
-"""The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
 
 
 def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] | None = None,
@@ -73,6 +69,7 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
     ctas = cluster * split  # CTAs of a cluster
     issuer = workers if producer else 0  # the thread that issues the copies
     issued = tiles if producer else min(stages, tiles)  # tiles it loads before (or without) the consumers
+    per_slice = stages // slices  # the stages a K slice's tiles take in turn (a rule: slices divide stages)
     a_stage, b_stage = rows * depth, cols * depth
     stage_bytes = (a_stage + b_stage) * size  # what arrives in each CTA, its cluster peer's part of B included
 
@@ -199,8 +196,8 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
         pad: T.int32
         pad = T.cast((T.uint32(ALIGN) - T.cuda.cvta_generic_to_shared(A_s.ptr_to([0])) % T.uint32(ALIGN))
                      % T.uint32(ALIGN), "int32") // size
-        desc_a: T.uint64
-        desc_b: T.uint64
+        descs = T.alloc_local((8,), "uint64")  # a K tile's four wgmmas' descriptors of A, then of B
+        ring = T.alloc_local((2,), "int32")  # this slice's K tile i as the stage k = i % per_slice and phase
         a_start: T.uint32  # a K tile's start in shared memory, in the descriptors' 16-byte units
         b_start: T.uint32
         acc = T.alloc_local((acc_len,), acc_type)
@@ -214,38 +211,41 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
                 if t >= stages:  # the consumers' release of this stage's previous tile (producer only)
                     T.cuda.mbarrier_wait(T.address_of(bars[stages + t % stages]), (t // stages + 1) % 2)
                 load(A_s, B_s, pad, bars, a_map, b_map, t % stages, first + t, bx, by, part)
-        if tx < workers:
+        # the warpgroup's index as lane 0 has it (CUTLASS's canonical_warp_group_idx): one value a warp, which ptxas
+        # keeps in uniform registers, and so the consumers' loop counters and descriptors
+        group = T.tvm_warp_shuffle(T.uint32(0xFFFFFFFF), tx // WARPGROUP, 0, 32, 32)
+        if group < consumers * slices:
             for i in T.unroll(0, acc_len):
                 acc[i] = tirx.const(0, acc_type)
-            # the warpgroup's index as lane 0 has it (CUTLASS's canonical_warp_group_idx): one value a warp, for the
-            # descriptors' arithmetic (from threadIdx itself, ptxas spills around the 64 x 256 tile's waits)
-            group = T.tvm_warp_shuffle(T.uint32(0xFFFFFFFF), tx // WARPGROUP, 0, 32, 32)
-            for i in T.serial(0, tiles // slices):
-                t = T.meta_var(i * slices + tx // threads)  # this slice's i-th K tile
-                u = T.meta_var(i * slices + group // consumers)  # the same, uniform
-                T.cuda.mbarrier_wait(T.address_of(bars[t % stages]), (t // stages) % 2)
+            for r in T.unroll(0, 2):
+                ring[r] = 0
+            for i in T.serial(0, tiles // slices):  # slice s's i-th K tile is i * slices + s, in stage k * slices + s
+                stage = T.meta_var(ring[0] * slices + group // consumers)
+                a_start = a.start_units(T.cuda.cvta_generic_to_shared(A_s.ptr_to(
+                    [pad + stage * a_stage + (group % consumers) * (64 * depth)])))
+                b_start = b.start_units(T.cuda.cvta_generic_to_shared(B_s.ptr_to([pad + stage * b_stage])))
+                for j in T.unroll(0, 4):  # each wgmma's descriptors, before the wait: the tile's start plus its K step
+                    descs[j] = T.uint64(a.descriptor_high()) | T.cast(
+                        a_start + T.uint32(a.descriptor_units(a.k_step)) * T.cast(j, "uint32"), "uint64")
+                    descs[4 + j] = T.uint64(b.descriptor_high()) | T.cast(
+                        b_start + T.uint32(b.descriptor_units(b.k_step)) * T.cast(j, "uint32"), "uint64")
+                T.cuda.mbarrier_wait(T.address_of(bars[stage]), ring[1])
                 T.cuda.warp_sync()
                 T.ptx.wgmma.fence.sync.aligned()
-                a_start = a.start_units(T.cuda.cvta_generic_to_shared(A_s.ptr_to(
-                    [pad + (u % stages) * a_stage + (group % consumers) * (64 * depth)])))
-                b_start = b.start_units(T.cuda.cvta_generic_to_shared(B_s.ptr_to([pad + (u % stages) * b_stage])))
-                for j in T.unroll(0, 4):  # each wgmma's descriptors: the tile's start moved on by its K step
-                    desc_a = T.uint64(a.descriptor_high()) | T.cast(
-                        a_start + T.uint32(a.descriptor_units(a.k_step)) * T.cast(j, "uint32"), "uint64")
-                    desc_b = T.uint64(b.descriptor_high()) | T.cast(
-                        b_start + T.uint32(b.descriptor_units(b.k_step)) * T.cast(j, "uint32"), "uint64")
-                    T.ptx[wgmma](*[acc[i] for i in range(acc_len)], desc_a, desc_b, True, *immediates)
+                for j in T.unroll(0, 4):
+                    T.ptx[wgmma](*[acc[i] for i in range(acc_len)], descs[j], descs[4 + j], True, *immediates)
                 T.ptx.wgmma.commit_group.sync.aligned()
-                # this slice's K tile i - in_flight is done with: its stage may be refilled
-                T.ptx.wgmma.wait_group.sync.aligned(in_flight)
+                T.ptx.wgmma.wait_group.sync.aligned(in_flight)  # K tile i - in_flight is read: its stage is free
+                done = T.meta_var(T.if_then_else(ring[0] == 0, per_slice, ring[0]) - 1 if in_flight == 1 else ring[0])
                 if producer == 1:
                     if i >= in_flight and tx % WARPGROUP == 0:
-                        release(bars, (t - in_flight * slices) % stages, part)
-                else:
+                        release(bars, done * slices + group // consumers, part)
+                else:  # one slice: K tile i is the CTA's i-th
                     T.cuda.cta_sync()
-                    if tx == 0 and t >= in_flight and t - in_flight + stages < tiles:
-                        load(A_s, B_s, pad, bars, a_map, b_map, (t - in_flight) % stages,
-                             first + t - in_flight + stages, bx, by, part)
+                    if tx == 0 and i >= in_flight and i - in_flight + stages < tiles:
+                        load(A_s, B_s, pad, bars, a_map, b_map, done, first + i - in_flight + stages, bx, by, part)
+                ring[1] = T.if_then_else(ring[0] == per_slice - 1, 1 - ring[1], ring[1])  # the last stage: next phase
+                ring[0] = T.if_then_else(ring[0] == per_slice - 1, 0, ring[0] + 1)
             T.ptx.wgmma.wait_group.sync.aligned(0)
         if slices > 1:  # slices 1.. hand their sums to slice 0, thread-minor as a split CTA's partial tile
             T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the partial tiles may overwrite them

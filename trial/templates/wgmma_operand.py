@@ -33,6 +33,10 @@ DESCRIPTOR_SWIZZLE_128B = 1  # a matrix descriptor's layout type for it (PTX ISA
 START_FIELD = (1 << 14) - 1  # a matrix descriptor's start address: bits 0-13, in 16-byte units
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 8 rows: stages start 1024-aligned
 C_PAD = 8  # elements after each row of the staged output: a pair of sums' width times 4 banks, 16-byte aligned
+WGMMA_TYPES = {"float16": ("f32.f16.f16", 16), "bfloat16": ("f32.bf16.bf16", 16),
+               "float8_e4m3fn": ("f32.e4m3.e4m3", 32), "int8": ("s32.s8.s8", 32),
+               "tfloat32": ("f32.tf32.tf32", 8)}
+"""The input types wgmma takes here: its PTX types (sums, A, B) and the products one wgmma reduces."""
 
 
 def staged_elems(p: dict[str, Any]) -> int:
