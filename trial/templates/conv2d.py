@@ -125,8 +125,8 @@ def _direct_defaults(wl: Workload, gpu: bool) -> dict[str, Any]:
     else:
         tiles = {"tile_n": [d["N"], 1, 1, 1], "tile_f": greedy_split(d["F"], [1, 1, 4]),
                  "tile_y": greedy_split(out, [1, 1, 1]), "tile_x": greedy_split(out, [1, 1, 8])}
-    return {**tiles, "tile_rc": greedy_split(d["C"], [8]), "tile_ry": [d["K"], 1],
-            "tile_rx": [1, d["K"]], "auto_unroll_max_step": 256 if gpu else 125, "unroll_explicit": 1, "pipeline": int(gpu)}
+    return {**tiles, "tile_rc": greedy_split(d["C"], [8]), "tile_ry": [d["K"], 1], "tile_rx": [1, d["K"]],
+            "auto_unroll_max_step": 256 if gpu else 125, "unroll_explicit": 1, "pipeline": int(gpu)}
 
 
 def prim_func(wl: Workload) -> tvm.tirx.PrimFunc:
