@@ -4,7 +4,8 @@
 
 1. The hand-picked config of each of the study's eight workloads, and of tensor-core workloads in each
    element type the GPU has (handpicked.TENSOR_CORE), through the measure path, next to cuBLAS/cuDNN in
-   the same type (FP32 with TF32 off) timed in the same run.
+   the same type (FP32 with TF32 off) timed in the same run; on Hopper also the wgmma template's CTA
+   clusters (handpicked.CLUSTERED).
 2. An OpEvo experiment of --trials trials on mm/N512K1024M1024 through `nnictl create`, as a user
    starts one (cold: no warm start from the records), stopped at its end.
 Prints both tables in markdown; exits 1 if a hand-picked config is not `ok`, the vendor's output differs
@@ -31,7 +32,7 @@ from trial.target import TargetError
 from trial.workload import parse_name
 
 from .experiments import nnictl_experiment, write_folder
-from .handpicked import HEADER, STUDY, TENSOR_CORE, cells, markdown, measure_all
+from .handpicked import CLUSTERED, HEADER, STUDY, TENSOR_CORE, cells, markdown, measure_all
 
 EXPERIMENT = "mm/N512K1024M1024"
 
@@ -51,6 +52,12 @@ def experiment(workload: str, trials: int, concurrency: int | None, port: int, t
             "statuses": dict(Counter(m["status"] for m in metrics)),
             "best_gflops": max((m["gflops"] for m in ok), default=0.0), "wall_s": end - done.started,
             "trials_per_s": len(metrics) / max(end - done.started, 1e-9)}
+
+
+def cluster_label(params: dict[str, Any]) -> str:
+    """How a row of `CLUSTERED` shares its tiles: `rows x cols, split S` or `..., pairs`."""
+    shared = f"split {params['split']}" if params["split"] > 1 else f"cluster {params['cluster']}"
+    return f"{params['rows']} x {params['cols']}, {shared}"
 
 
 def problems(rows: list[dict[str, Any]], exp: dict[str, Any]) -> list[str]:
@@ -95,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     print(f"# GPU check on {where.device_name} ({where.label})\n\n## Hand-picked configs\n", flush=True)
     rows = measure_all(workloads, Options(target=args.target))
+    if not args.workloads and where.cuda_arch == 90:  # the wgmma template's clusters (handpicked.CLUSTERED)
+        clustered = measure_all(list(CLUSTERED), Options(target=args.target), configs=CLUSTERED)
+        rows += [{**r, "workload": f"{r['workload']} ({cluster_label(CLUSTERED[r['workload']])})"} for r in clustered]
     print(markdown(HEADER, [cells(r) for r in rows]), flush=True)
     exp = experiment(args.experiment, args.trials, args.concurrency, args.port, args.target)
     vendor = next((r["vendor"]["gflops"] for r in rows if r["workload"] == args.experiment and "vendor" in r), None)

@@ -29,16 +29,23 @@ TENSOR_CORE = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTN_f16", "bmm/B960N12
 with B column-major, bmm in float16, bfloat16 and TF32 (on Hopper, the wgmma template's), and three float16
 NHWC convolutions of ResNet-50 at batch 32 (conv2d_gemm.py on Hopper): its layer1 3x3 (an implicit GEMM), 1x1
 expand (the matmul on its tensors) and stem, its 3 channels padded to 8 (conv2d_nhwc.py's direct kernel)."""
+_WGMMA = {"stages": 4, "in_flight": 1, "producer": 1, "slices": 1, "epilogue": 1}
+CLUSTERED = {"mm/N512K4096M1024_f16": {**_WGMMA, "rows": 64, "cols": 128, "cluster": 1, "split": 2},
+             "mm/N512K1024M4096_f16": {**_WGMMA, "rows": 128, "cols": 128, "cluster": 2, "split": 1}}
+"""Configs of the GPU check beyond the defaults, on Hopper only: the wgmma template's CTA clusters, split K and B
+shared by a pair, with 128-column MN-major B tiles, whose descriptors read every field (a CTA's shared address
+in a cluster carries its rank)."""
 HEADER = ["workload", "status", "GFLOPS", "ms", "vendor GFLOPS", "ratio", "reason"]
 
 
-def measure_all(workloads: list[str], options: Options,
-                each: Callable[[dict[str, Any]], None] = lambda row: None) -> list[dict[str, Any]]:
-    """Each workload's hand-picked config measured, with the vendor's figure where there is one."""
+def measure_all(workloads: list[str], options: Options, each: Callable[[dict[str, Any]], None] = lambda row: None,
+                configs: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Each workload's hand-picked config (or its config in `configs`) measured, with the vendor's figure where
+    there is one."""
     rows = []
     for name in workloads:
         wl = parse_name(name)
-        r = measure(wl, None, options)
+        r = measure(wl, (configs or {}).get(name), options)
         row = {"workload": name, **r.report()}
         vendor = baseline(wl, r.target, options.repeat, options.min_repeat_ms)
         if vendor:
