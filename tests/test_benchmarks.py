@@ -11,13 +11,13 @@ import yaml
 from nni.tuner import Tuner
 from nni_experiment import free_port
 
-from benchmarks import compare, driver, experiments, gpucheck, handpicked, proposals
+from benchmarks import compare, driver, experiments, gpucheck, proposals
 from experiments import plots
 from experiments import registry, write
 from trial import templates
 from trial.results import STAGES, STATUSES, MeasureResult
 from trial.records import Records
-from trial.workload import parse, parse_name
+from trial.workload import parse
 from tuners.opevo import OpEvoTuner
 from searchspace import SearchSpace, from_twin, twin_space
 
@@ -256,23 +256,6 @@ def test_gpucheck_runs_end_to_end_on_the_cpu_when_asked(tmp_path, capsys):
     assert "GPU check passed" in text
     data = json.loads(out.read_text())
     assert data["experiment"]["measured"] == 4 and data["experiment"]["best_gflops"] > 0
-
-
-def test_the_gpu_checks_cluster_rows_are_wgmma_kernels_that_share_wide_mn_major_tiles():
-    """handpicked.CLUSTERED: on Hopper each is a valid config of the wgmma template whose CTAs share their tile
-    across a cluster (split K or a pair), with an MN-major B (NN) two or more 64-wide boxes across."""
-    from trial import check
-    from trial.archs import target_of
-    from trial.templates import wgmma
-
-    sm90 = target_of("sm_90")
-    for name, config in handpicked.CLUSTERED.items():
-        wl = parse_name(name)
-        assert templates.load(wl, target=sm90) is wgmma and wl.layout == "NN", name
-        check.check(wl, wgmma, config, sm90)
-        assert config["split"] * config["cluster"] > 1 and config["cols"] >= 128, name
-    assert [gpucheck.cluster_label(c) for c in handpicked.CLUSTERED.values()] == ["64 x 128, split 2",
-                                                                                 "128 x 128, cluster 2"]
 
 
 def test_gpucheck_says_so_where_there_is_no_gpu(capsys):

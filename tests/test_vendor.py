@@ -1,11 +1,13 @@
-"""The vendor baselines (trial.vendor, benchmarks.vendor) where there is no GPU: no figure, and the command says why."""
+"""The vendor baselines (trial.vendor, benchmarks.vendor) where there is no GPU: no figure, and the command says why;
+the GPU check's verdict and rows."""
 import sys
 
 import numpy as np
 import pytest
 
-from benchmarks import gpucheck, vendor
+from benchmarks import gpucheck, handpicked, vendor
 from benchmarks.handpicked import cells
+from trial import templates
 from trial import vendor as library
 from trial.vendor import baseline
 from trial.verify import make_inputs
@@ -117,3 +119,20 @@ def test_the_operands_and_the_check_share_one_reference(monkeypatch):
     wl = parse_name("mm/N16K24M8")
     _, call = library.library_call(wl, torch, "cpu")
     assert library.check(wl, call()) is None and made == [wl]
+
+
+def test_the_gpu_checks_cluster_rows_are_wgmma_kernels_that_share_wide_mn_major_tiles():
+    """handpicked.CLUSTERED: on Hopper each is a valid config of the wgmma template whose CTAs share their tile
+    across a cluster (split K or a pair), with an MN-major B (NN) two or more 64-wide boxes across."""
+    from trial import check
+    from trial.archs import target_of
+    from trial.templates import wgmma
+
+    sm90 = target_of("sm_90")
+    for name, config in handpicked.CLUSTERED.items():
+        wl = parse_name(name)
+        assert templates.load(wl, target=sm90) is wgmma and wl.layout == "NN", name
+        check.check(wl, wgmma, config, sm90)
+        assert config["split"] * config["cluster"] > 1 and config["cols"] >= 128, name
+    assert [gpucheck.cluster_label(c) for c in handpicked.CLUSTERED.values()] == ["64 x 128, split 2",
+                                                                                 "128 x 128, cluster 2"]
