@@ -196,3 +196,16 @@ def test_tf32_bmm_is_k_major_and_verifies_on_the_cpu_as_float32():
         parse_name("bmm/B3N64K48M128PNT_tf32")
     r = measure(wl, None, FAST)
     assert r.status == "ok" and r.gflops > 0, r.reason
+
+
+def test_a_products_last_row_tile_stops_at_its_own_n(cuda_toolkit):
+    """192-row tiles of 128-row products: one tile a product, whose third warpgroup's rows are past N (read as
+    zeros from the rank-3 tensor map, whose box stops at the product's rows) and stored by no thread."""
+    wl = parse_name("bmm/B4N128K64M128PNT_f16")
+    config = {**wgmma.default_params(wl, True), "rows": 192, "cols": 128, "stages": 2, "epilogue": 0}
+    check.check(wl, wgmma, config, SM90)
+    assert wgmma.rows_of_tiles(wl, 192) == 4
+    source = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source()
+    assert "__launch_bounds__(384)" in source
+    assert source.count("if (((int)threadIdx.x) < 256) {") == 2 * 128 // 8  # rows r and r + 8 of each 8-column group
+

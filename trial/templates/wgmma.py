@@ -11,7 +11,9 @@ TensorIR's `tensorize` offers no wgmma in TVM 0.27, so the kernel is a TIRx func
 sizes as knobs, compiled with TVM's "tirx" pipeline, rather than a schedule of `prim_func`.
 
 Knobs:
-  rows      discrete [64, 128]            block tile rows (N): one or two warpgroups of 64 rows each
+  rows      discrete [64, 128, 192]       block tile rows (N): one to three warpgroups of 64 rows each; a
+                                          matrix's last row tile may reach past N (192 x 192 tiles of
+                                          2,048 x 2,304 are 11 x 12, one wave of an H100's 132 SMs)
   cols      discrete [64, 128, 192, 256]  block tile columns (M): the n of each m64nNk16 wgmma (k32: 8-bit,
                                           k8: TF32); int8's wgmma takes at most 224
   stages    discrete [2, ..., 14]         shared buffers of 128-byte-deep K tiles in flight (64 elements of a
@@ -75,8 +77,9 @@ MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, which a grid without clusters g
 
 
 def rows_of_tiles(wl: Workload, rows: int) -> int:
-    """The grid's rows of block tiles `rows` high: N's row tiles, for each of bmm's B products."""
-    return wl.dims["N"] // rows * wl.dims.get("B", 1)
+    """The grid's rows of block tiles `rows` high: N's row tiles (the last one partial where rows do not divide N),
+    for each of bmm's B products."""
+    return -(-wl.dims["N"] // rows) * wl.dims.get("B", 1)
 
 
 def takes(wl: Workload) -> bool:
@@ -95,7 +98,7 @@ def applies(wl: Workload, target: Target | None) -> bool:
 
 
 def search_space(wl: Workload) -> dict[str, Any]:
-    return {"rows": {"_type": "discrete", "_value": [64, 128]},
+    return {"rows": {"_type": "discrete", "_value": [64, 128, 192]},
             "cols": {"_type": "discrete", "_value": [64, 128, 192, 256]},
             "stages": {"_type": "discrete", "_value": STAGES},
             "in_flight": {"_type": "discrete", "_value": [0, 1]},
@@ -134,10 +137,11 @@ def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def rules(wl: Workload) -> list[Rule]:
-    """Whole tiles only: K tiles and the block tile (and a cluster's pair of them) divide the operands (TMA
-    would pad a partial box with zeros, but the loops and the epilogue take whole tiles), and each split
-    CTA gets as many K tiles, and each K slice of a CTA; clusters that share B and K slices need the producer
-    warpgroup; a cluster shares B or splits K, not both.  With K slices, each stage serves one slice (an
+    """K tiles and the block tile's columns divide the operands (TMA would pad a partial box with zeros, but the
+    loops and the epilogue take whole K tiles and columns; a partial row tile's rows past N are zeros that are
+    not stored), a cluster's CTAs pair up row tiles of one matrix, and each split CTA gets as many K tiles, and
+    each K slice of a CTA; clusters that share B and K slices need the producer warpgroup; a cluster shares
+    B or splits K, not both.  With K slices, each stage serves one slice (an
     mbarrier wait tells phases apart only by their parity: a slice could take the phase of another slice's
     earlier tile in that stage for its own, where TMA copies land out of order; 3 stages, slices 2 faulted
     or hung on an H100), and the stages outnumber what the slices hold (a stage is refilled once its
@@ -151,9 +155,9 @@ def rules(wl: Workload) -> list[Rule]:
                  message=lambda r, c: f"K {d['K']} is not a multiple of the {depth}-deep K tile"),
             Rule(lambda r, c: float(c["cols"] > widest), 0.0, grows=False,
                  message=lambda r, c: f"cols {c['cols']} > {widest}, the widest int8 wgmma"),
-            Rule(lambda r, c: not_dividing(c["rows"] * c["cluster"], d["N"]), 0.0, grows=False,
-                 message=lambda r, c: f"rows {c['rows']}{' x cluster 2' if c['cluster'] > 1 else ''} do not divide "
-                                      f"N {d['N']}"),
+            Rule(lambda r, c: not_dividing(c["cluster"], -(-d["N"] // c["rows"])), 0.0, grows=False,
+                 message=lambda r, c: f"N {d['N']}'s {-(-d['N'] // c['rows'])} row tiles of {c['rows']} do not pair up "
+                                      f"in clusters of {c['cluster']}"),
             Rule(lambda r, c: float(c["cluster"] > 1 and not c["producer"]), 0.0, grows=False,
                  message=lambda r, c: "a cluster's CTAs release the stages they share through mbarriers: "
                                       "cluster 2 needs producer 1"),

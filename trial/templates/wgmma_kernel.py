@@ -11,7 +11,7 @@ write their float32 accumulators over their own stages, and after a cluster barr
 the tile's columns from all of them through distributed shared memory (`mapa`, `ld.shared::cluster`)
 and stores it: the partial sums never leave the cluster, and no second kernel adds them up.
 
-A bmm's B products share one launch: grid row `by` is row tile by % (N / rows) of product by // (N / rows)
+A bmm's B products share one launch: grid row `by` is row tile by % ceil(N / rows) of product by // ceil(N / rows)
 (wgmma_rows.py's `MatrixRows`), each operand's tensor map is of rank 3 with the product outermost, so that a TMA
 box holds one product's tile, and C is indexed [product, row, column] (`c_at`).  A cluster's CTAs compute row tiles
 of one product, whose row tiles are a multiple of the cluster (a rule).  mm's kernel is unchanged by this.  An NHWC

@@ -6,7 +6,7 @@ implicit GEMM, each row tile a rectangle of output pixels of one image, `width` 
 (kernel row, kernel column, 128 bytes of channels) in the weights' order, each a box of the input that TMA
 reads at the window's offset, `ST` apart along rows and columns (the box's element strides), zeros where it
 reaches into the padding or past the image.  A tile's rows are its pixels row-major; those past the output's
-edge are computed from zeros and not stored.
+edge are computed from zeros and not stored, as are a matrix's rows past N in its last row tile.
 """
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from .wgmma_operand import SWIZZLE_128B, Operand, k_tile
 
 
 class MatrixRows:
-    """Grid row `by` is row tile by % (N / rows) of product by // (N / rows) (0 for mm)."""
+    """Grid row `by` is row tile by % per_matrix of product by // per_matrix (0 for mm), per_matrix = ceil(N /
+    rows): where rows do not divide N, the last tile of each matrix reaches past it, TMA fills A's rows there
+    with zeros (a rank-3 map's box stops at its own product's rows) and the epilogue stores none of them."""
 
     def __init__(self, wl: Workload, rows: int) -> None:
         d = wl.dims
-        self.rows, self.batch, self.per_matrix = rows, d.get("B", 1), d["N"] // rows
+        self.rows, self.batch, self.n, self.per_matrix = rows, d.get("B", 1), d["N"], -(-d["N"] // rows)
         self.count = self.per_matrix * self.batch
         self.a = Operand(wl.layout[0] == "N", rows, d["N"], d["K"], itemsize=wl.element.itemsize, batch=self.batch)
         self.a_map, self.a_rank = self.a.tensor_map, self.a.rank
@@ -41,7 +43,8 @@ class MatrixRows:
         return (self.matrix(by), first, col) if self.batch > 1 else (first, col)
 
     def inside(self, by: Any, row: Any) -> Any:
-        return True
+        """Whether row `row` of grid row `by`'s tile is a row of C (statically True where rows divide N)."""
+        return True if self.n % self.rows == 0 else self.first_row(by) + row < self.n
 
 
 class PixelRows:
