@@ -55,7 +55,7 @@ def experiment(workload: str, trials: int, concurrency: int | None, port: int, t
 
 
 def cluster_label(params: dict[str, Any]) -> str:
-    """How a row of `CLUSTERED` shares its tiles: `rows x cols, split S` or `..., pairs`."""
+    """How a row of `CLUSTERED` shares its tiles: `rows x cols, split S` or `rows x cols, cluster C`."""
     shared = f"split {params['split']}" if params["split"] > 1 else f"cluster {params['cluster']}"
     return f"{params['rows']} x {params['cols']}, {shared}"
 

@@ -58,6 +58,7 @@ from .k_split import slice_rules
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
 from .wgmma_kernel import WARPGROUP, kernel
 from .wgmma_operand import WGMMA_TYPES, k_tile, shared_bytes
+from .wgmma_rows import row_tiles
 
 if TYPE_CHECKING:
     import tvm
@@ -79,7 +80,7 @@ MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, which a grid without clusters g
 def rows_of_tiles(wl: Workload, rows: int) -> int:
     """The grid's rows of block tiles `rows` high: N's row tiles (the last one partial where rows do not divide N),
     for each of bmm's B products."""
-    return -(-wl.dims["N"] // rows) * wl.dims.get("B", 1)
+    return row_tiles(wl.dims["N"], rows) * wl.dims.get("B", 1)
 
 
 def takes(wl: Workload) -> bool:
@@ -155,9 +156,9 @@ def rules(wl: Workload) -> list[Rule]:
                  message=lambda r, c: f"K {d['K']} is not a multiple of the {depth}-deep K tile"),
             Rule(lambda r, c: float(c["cols"] > widest), 0.0, grows=False,
                  message=lambda r, c: f"cols {c['cols']} > {widest}, the widest int8 wgmma"),
-            Rule(lambda r, c: not_dividing(c["cluster"], -(-d["N"] // c["rows"])), 0.0, grows=False,
-                 message=lambda r, c: f"N {d['N']}'s {-(-d['N'] // c['rows'])} row tiles of {c['rows']} do not pair up "
-                                      f"in clusters of {c['cluster']}"),
+            Rule(lambda r, c: not_dividing(c["cluster"], row_tiles(d["N"], c["rows"])), 0.0, grows=False,
+                 message=lambda r, c: f"N {d['N']}'s {row_tiles(d['N'], c['rows'])} row tiles of {c['rows']} do not "
+                                      f"pair up in clusters of {c['cluster']}"),
             Rule(lambda r, c: float(c["cluster"] > 1 and not c["producer"]), 0.0, grows=False,
                  message=lambda r, c: "a cluster's CTAs release the stages they share through mbarriers: "
                                       "cluster 2 needs producer 1"),

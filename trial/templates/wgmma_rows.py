@@ -16,6 +16,11 @@ from ..workload import Workload
 from .wgmma_operand import SWIZZLE_128B, Operand, k_tile
 
 
+def row_tiles(n: int, rows: int) -> int:
+    """Row tiles of `rows` that cover `n` rows, the last one partial where rows do not divide n."""
+    return -(-n // rows)
+
+
 class MatrixRows:
     """Grid row `by` is row tile by % per_matrix of product by // per_matrix (0 for mm), per_matrix = ceil(N /
     rows): where rows do not divide N, the last tile of each matrix reaches past it, TMA fills A's rows there
@@ -23,7 +28,7 @@ class MatrixRows:
 
     def __init__(self, wl: Workload, rows: int) -> None:
         d = wl.dims
-        self.rows, self.batch, self.n, self.per_matrix = rows, d.get("B", 1), d["N"], -(-d["N"] // rows)
+        self.rows, self.batch, self.n, self.per_matrix = rows, d.get("B", 1), d["N"], row_tiles(d["N"], rows)
         self.count = self.per_matrix * self.batch
         self.a = Operand(wl.layout[0] == "N", rows, d["N"], d["K"], itemsize=wl.element.itemsize, batch=self.batch)
         self.a_map, self.a_rank = self.a.tensor_map, self.a.rank
