@@ -142,11 +142,11 @@ def rules(wl: Workload) -> list[Rule]:
     loops and the epilogue take whole K tiles and columns; a partial row tile's rows past N are zeros that are
     not stored), a cluster's CTAs pair up row tiles of one matrix, and each split CTA gets as many K tiles, and
     each K slice of a CTA; clusters that share B and K slices need the producer warpgroup; a cluster shares
-    B or splits K, not both.  With K slices, each stage serves one slice (an
-    mbarrier wait tells phases apart only by their parity: a slice could take the phase of another slice's
-    earlier tile in that stage for its own, where TMA copies land out of order; 3 stages, slices 2 faulted
-    or hung on an H100), and the stages outnumber what the slices hold (a stage is refilled once its
-    tile's slice has committed `in_flight` tiles after it: stages 2, in_flight 1, slices 2 hung).
+    B or splits K, not both.  With K slices, each stage serves one slice (an mbarrier wait tells phases apart
+    only by their parity: a slice could take the phase of another slice's earlier tile in that stage for its
+    own, where TMA copies land out of order; 3 stages, slices 2 faulted or hung on an H100), and the stages
+    outnumber what the slices hold (a stage is refilled once its tile's slice has committed `in_flight` tiles
+    after it: stages 2, in_flight 1, slices 2 hung).
     tests/test_wgmma_pipeline.py checks both against every interleaving of a model of the pipeline.  A grid
     without clusters has a row for each row tile (of every product of a bmm): at most `MAX_GRID_Y` (a cluster
     grid is launched flat, along x)."""
