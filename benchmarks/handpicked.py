@@ -20,6 +20,8 @@ from trial.vendor import baseline
 STUDY = ["mm/N512K1024M1024", "mm/N512K1024M4096", "mm/N512K4096M1024", "bmm/B960N128K128M64PNN",
          "bmm/B960N128K128M64PTN", "bmm/B960N128K64M128PNT", "conv/N512C3HW227F64K11ST4PD0",
          "conv/N512C64HW27F192K5ST1PD2"]
+LAYOUTS = ["mm/N512K1024M1024PNT", "mm/N512K1024M1024PTT"]
+"""Float32 mm with B K-major, as `nn.Linear`'s weight is (on Hopper, the simt template reads it swizzled)."""
 TENSOR_CORE = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTN_f16", "bmm/B960N128K64M128PNT_f16",
                "mm/N512K1024M1024_bf16", "bmm/B960N128K64M128PNT_bf16",
                "mm/N512K1024M1024_i8", "mm/N512K1024M1024PNT_i8", "mm/N512K1024M1024PNT_e4m3",

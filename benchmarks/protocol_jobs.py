@@ -1,6 +1,7 @@
 """Running the benchmark protocol's missing runs: the tuners' runs, then, alone, each workload's vendor and peer.
 
-A run is one (workload, tuner, seed) of `benchmarks.protocol_run`; those without a record run, P at a time
+A run is one (workload, tuner, seed) of `benchmarks.protocol_run`; those without a current record (`current`:
+one whose best config is of a template the suite no longer picks for the workload there) run, P at a time
 (MetaSchedule's after the others, each in a share of the host of its own with --metaschedule-parallel), and
 each is saved as it ends, so a killed protocol resumes where it stopped.  The vendor library is timed once per
 workload, after every run, from the protocol's main thread with the measuring service idle: timed beside
@@ -18,8 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from trial import templates
 from trial.measure import Options, device
 from trial.records import Records
+from trial.target import Target
 from trial.workload import Workload, parse_name
 
 from . import metaschedule, placement, protocol_run
@@ -35,6 +38,16 @@ def path(job: Job, args: argparse.Namespace) -> Path:
     """Where `job`'s record lives under --out."""
     entry, tuner, seed = job
     return protocol_run.path(args.out, parse_name(entry.workload), tuner, seed, args.trials, args.workers)
+
+
+def current(record: dict[str, Any] | None, wl: Workload, target: Target) -> bool:
+    """Whether `record` stands: there is one, and its best config (if any) is of the template the suite picks
+    for `wl` on `target` now; a record of a template since replaced (a new one serves the workload) runs
+    again."""
+    if record is None:
+        return False
+    found = record.get("template") or protocol_run.template_of(wl, record.get("best_params"))
+    return found is None or found == templates.load(wl, target=target).__name__.rsplit(".", 1)[-1]
 
 
 def past_deadline(args: argparse.Namespace) -> bool:
@@ -73,7 +86,9 @@ def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, rec
         protocol_run.save(path(job, args), {**record, "parallel": parallel})
         return 1
 
-    missing = [job for job in jobs if protocol_run.load(path(job, args)) is None]
+    where = device(args.target)
+    missing = [job for job in jobs if not current(protocol_run.load(path(job, args)), parse_name(job[0].workload),
+                                                  where)]
     with ThreadPoolExecutor(parallel, thread_name_prefix="run") as pool:
         return sum(pool.map(one, missing))
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import registry
+from trial import templates
 from trial.measure import Options, measure
 from trial.records import Records
 from trial.results import MeasureResult, Status
@@ -115,6 +116,11 @@ def load(target: Path) -> dict[str, Any] | None:
         return None
 
 
+def template_of(wl: Workload, params: dict[str, Any] | None) -> str | None:
+    """The template whose knobs `params` are (its module's last name), None without params."""
+    return None if params is None else templates.load(wl, params=params).__name__.rsplit(".", 1)[-1]
+
+
 def best_distinct(run: driver.Run, count: int = RETIMED) -> list[MeasureResult]:
     """The run's `count` fastest `ok` results with distinct configurations, fastest first."""
     ranked = sorted((t.result for t in run.trials if t.result.status == Status.OK and t.result.params),
@@ -177,6 +183,7 @@ def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: i
         "tuner_s": run.tuner_s,
         "experiment": run.experiment, "search_best_gflops": run.curve[-1] if run.curve else 0.0,
         "retimed": retimed, "best_gflops": best, "best_params": top["params"] if best > 0 else None,
+        "template": template_of(wl, top["params"] if best > 0 else None),
         "to_fraction": {"fraction": FRACTION, "trials": to_trials, "seconds": to_seconds},
         "curve": [[t.index, round(t.finished_s, 3), str(t.result.status), t.result.gflops] for t in run.trials],
         **stamp(options),

@@ -1,6 +1,5 @@
-"""The Hopper float32 template (TIRx, CUDA cores): chosen for float32 mm with an M-major B on sm_90 only, its
-knobs checked against the device, its kernels compiled as a GPU machine compiles them (NVRTC, then ptxas) in
-both layouts it serves, and every suite tuner proposing only configs of its space that the device runs.  (Its
+"""The Hopper float32 template (TIRx, CUDA cores): chosen for float32 mm on sm_90 only, its knobs checked against
+the device, its kernels compiled as a GPU machine compiles them (NVRTC, then ptxas) in all four layouts, and every suite tuner proposing only configs of its space that the device runs.  (Its
 results are verified on GPUs only: TMA, mbarriers and clusters have no CPU form; the CPU keeps the portable
 template.)"""
 import json
@@ -15,7 +14,7 @@ from searchspace import SearchSpace
 from trial import build, check, templates
 from trial.archs import target_of
 from trial.constraints import KernelRules
-from trial.templates import matmul, simt
+from trial.templates import matmul, simt, simt_kernel
 from trial.workload import parse_name
 from tuners.gbfs import GBFSTuner
 from tuners.na2c import NA2CTuner
@@ -39,13 +38,12 @@ def instructions(source):
     return {name: names.count(name) for name in set(names)}
 
 
-def test_float32_mm_with_an_m_major_b_on_hopper_gets_the_simt_template():
+def test_float32_mm_on_hopper_gets_the_simt_template_in_every_layout():
     wl = parse_name(LONG_K)
-    assert templates.load(wl, target=SM90) is simt
-    assert templates.load(parse_name("mm/N256K512M512PTN"), target=SM90) is simt
+    for layout in ("NN", "TN", "NT", "TT"):
+        assert templates.load(parse_name(f"mm/N256K512M512P{layout}"), target=SM90) is simt, layout
     assert templates.load(wl, target=SM80) is matmul and templates.load(wl) is matmul
-    for other in ("mm/N512K4096M1024PNT", "mm/N512K4096M1024PTT", "mm/N96K4096M1024", "mm/N512K4096M96",
-                  "mm/N512K36M1024", "bmm/B960N128K128M64PNN", "mm/N512K4096M1024_f16"):
+    for other in ("mm/N96K4096M1024", "mm/N512K4096M96", "mm/N512K36M1024", "bmm/B960N128K128M64PNN", "mm/N512K4096M1024_f16"):
         assert templates.load(parse_name(other), target=SM90) is not simt, other
     assert templates.load(wl, target=SM90, params=matmul.default_params(wl, True)) is matmul
     assert templates.load(wl, params=simt.default_params(wl, True)) is simt
@@ -75,9 +73,36 @@ def test_the_tiles_and_the_device_decide_what_is_valid():
         check.check(wl, simt, {**big, "producer": 1}, SM90)
     with pytest.raises(check.InvalidConfig, match="these instructions exist on CUDA sm_90 only"):
         check.check(wl, simt, base, SM80)
+    # a K-major B keeps four K steps of each of a thread's columns: 3 x tn registers more
+    wide = {**big, "warps_r": 4, "tn": 16, "split": 2, "producer": 1}
+    check.check(wl, simt, wide, SM90)
+    with pytest.raises(check.InvalidConfig, match=r"about 284 registers per thread > device limit 255"):
+        check.check(parse_name(LONG_K + "PNT"), simt, wide, SM90)
 
 
-@pytest.mark.parametrize("layout", ["NN", "TN"])
+def cute_swizzle(offset, bits):
+    """CUDA's TMA swizzle of a shared byte offset (CUTLASS's Swizzle<bits, 4, 3>): the 16-byte chunk's index
+    within its 128-byte line XORed with the line's index, in `bits` bits."""
+    return offset ^ ((offset >> 3) & (((1 << bits) - 1) << 4))
+
+
+@pytest.mark.parametrize("bk", [8, 16, 32])
+def test_k_major_b_is_read_where_the_tma_swizzle_put_it_and_free_of_bank_conflicts(bk):
+    """`b_at` agrees with CUDA's 32-, 64- and 128-byte swizzle (the tensor map's, `swizzle`) for every chunk of
+    every row; the eight adjacent columns a quarter warp reads at one K chunk lie in eight distinct 16-byte bank
+    groups, all 32 banks."""
+    bits = {8: 1, 16: 2, 32: 3}[bk]
+    assert simt_kernel.swizzle(bk) == bits and simt_kernel.tensor_map(True, 64, 1024, 512, bk, True)[8] == bits
+    for c in range(64):
+        for chunk in range(bk // 4):
+            assert simt_kernel.b_at(c, chunk, bk) * 4 == cute_swizzle(c * bk * 4 + chunk * 16, bits), (c, chunk)
+    for first in range(0, 64, 8):
+        for chunk in range(bk // 4):
+            banks = {simt_kernel.b_at(first + lane, chunk, bk) * 4 // 16 % 8 for lane in range(8)}
+            assert banks == set(range(8)), (first, chunk)
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT"])
 def test_kernels_read_shared_memory_in_16_byte_loads_and_keep_no_local_memory(cuda_toolkit, layout):
     """In the PTX, per K tile (the K loop stays a loop) a thread loads A's fragments in tm x bk / 4 and B's in
     tn / 4 x bk 16-byte shared loads (K-major A: one a row for four K steps; M-major A: four rows a K step), none of

@@ -23,8 +23,8 @@ Knobs:
   producer discrete [0, 1]         who issues the copies: 0, the first consumer thread, refilling the
                                    previous K tile's stage; 1, a warp of its own
 
-Only float32 mm on sm_90 whose B is M-major (layouts NN and TN), N and M multiples of 64 and K of 8
-(`applies`); elsewhere matmul.py serves.
+Only float32 mm on sm_90 (any layout: a K-major B, as `nn.Linear`'s weight, is read through the TMA's
+swizzle), N and M multiples of 64 and K of 8 (`applies`); elsewhere matmul.py serves.
 """
 from __future__ import annotations
 
@@ -51,11 +51,11 @@ counts them for this kernel (tests/test_simt.py)."""
 
 
 def applies(wl: Workload, target: Target | None) -> bool:
-    """Whether this template serves `wl` on `target`: float32 mm with an M-major B on a Hopper GPU, in whole
-    tiles of `default_params`'s smaller kind."""
+    """Whether this template serves `wl` on `target`: float32 mm on a Hopper GPU, in whole tiles of
+    `default_params`'s smaller kind."""
     d = wl.dims
     return (target is not None and target.kind == "cuda" and target.cuda_arch == 90 and wl.op == "mm"
-            and wl.dtype == "float32" and wl.layout[1] == "N" and d["N"] % 64 == 0 and d["M"] % 64 == 0
+            and wl.dtype == "float32" and d["N"] % 64 == 0 and d["M"] % 64 == 0
             and d["K"] % 8 == 0)
 
 
@@ -89,10 +89,12 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
 
 def resources(wl: Workload, p: dict[str, Any]) -> dict[str, Any]:
     """The consumer warps and the producer warp; dynamic shared memory for the stages (or a split CTA's partial
-    tile); registers: the sums, A's fragments of four K steps and B's of one, and `REGISTERS_OVER_SUMS`."""
+    tile); registers: the sums, A's fragments of four K steps and B's of one (four where B is K-major), and
+    `REGISTERS_OVER_SUMS`."""
     threads = (p["warps_r"] * p["warps_c"] * p["slices"] + p["producer"]) * WARP
-    registers = p["tm"] * p["tn"] + 4 * p["tm"] + p["tn"] + REGISTERS_OVER_SUMS
-    return {"threads": threads, "thread_dims": (threads, 1, 1), "shared_bytes": shared_bytes(p),
+    b_kmajor = wl.layout[1] == "T"
+    registers = p["tm"] * p["tn"] + 4 * p["tm"] + (4 if b_kmajor else 1) * p["tn"] + REGISTERS_OVER_SUMS
+    return {"threads": threads, "thread_dims": (threads, 1, 1), "shared_bytes": shared_bytes(p, b_kmajor),
             "registers_per_thread": registers, "exact_cuda_arch": 90}
 
 

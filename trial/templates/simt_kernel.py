@@ -21,6 +21,11 @@ K slices (`slices` s > 1): s groups of `warps_r` x `warps_c` consumer warps comp
 over K tiles j, j + s, ...; each stage serves one slice, and after the loop slices 1.. hand their sums to
 slice 0 through shared memory.  A tile of few threads thus keeps a long K in one CTA without a cluster.
 
+A K-major B (layouts *T) is read like a K-major A, four K steps of a column in one 16-byte load.  Its rows
+are `bk` words long, so the TMA writes them swizzled (the 32-, 64- or 128-byte swizzle for bk 8, 16, 32:
+`b_at`), and a lane's columns sit 8 apart: a quarter warp reads eight adjacent rows' chunks from distinct
+banks.  Its sums then reach C one column at a time.
+
 Split-K (`split` s > 1): a cluster of s CTAs computes one output tile, each over 1/s of the K tiles; each
 writes its sums over its stages, and after a cluster barrier each sums 1/s of the tile's quads from all of
 them through distributed shared memory and stores them: no partial result leaves the cluster.
@@ -34,6 +39,7 @@ from .k_split import partial_sums, peer_sum
 from .tma_stages import init_stages
 
 ALIGN = 128  # TMA writes a tile to a 128-byte aligned shared address
+SWIZZLED = 1024  # a swizzled tile starts where its pattern does: every 8 128-byte lines (CUDA's TMA)
 WARP = 32
 LANE_ROWS, LANE_COLS = 4, 8
 
@@ -43,19 +49,35 @@ def block_tile(p: dict[str, Any]) -> tuple[int, int]:
     return p["warps_r"] * LANE_ROWS * p["tm"], p["warps_c"] * LANE_COLS * p["tn"]
 
 
-def shared_bytes(p: dict[str, Any]) -> int:
+def shared_bytes(p: dict[str, Any], b_kmajor: bool = False) -> int:
     """The dynamic shared pool: mbarriers (padded to `ALIGN`), the stages or, where larger, the partial tiles,
-    and `ALIGN` of slack for aligning the stages at run time."""
+    and the slack for aligning the stages at run time (`SWIZZLED` where B is swizzled)."""
     rows, cols = block_tile(p)
     partial = partial_sums(rows, cols, p["slices"], p["split"])
-    return 2 * ALIGN + max(p["stages"] * (rows + cols) * p["bk"] * 4, partial * 4)
+    return ALIGN + (SWIZZLED if b_kmajor else ALIGN) + max(p["stages"] * (rows + cols) * p["bk"] * 4, partial * 4)
 
 
-def tensor_map(k_major: bool, tile: int, extent: int, k: int, bk: int) -> list[int]:
+def swizzle(bk: int) -> int:
+    """CUtensorMapSwizzle for K-major rows of `bk` floats: 32, 64 or 128 bytes (1, 2, 3), the row's length."""
+    return {8: 1, 16: 2, 32: 3}[bk]
+
+
+def b_at(c: Any, chunk: Any, bk: int) -> Any:
+    """Where the swizzled K-major tile keeps the `chunk`-th 16 bytes of its row `c`: CUDA's swizzle XORs the
+    chunk's index within its row with the row's 128-byte line, modulo the chunks of a row."""
+    return c * bk + (chunk ^ (c * bk // 32 % (bk // 4))) * 4
+
+
+def tensor_map(k_major: bool, tile: int, extent: int, k: int, bk: int, swizzled: bool = False) -> list[int]:
     """cuTensorMapEncodeTiled's arguments after the pointer, innermost dimension first, for float32 K tiles
-    of `tile` rows (K-major: `tile` x `bk` boxes; otherwise `bk` x `tile`), no swizzle."""
+    of `tile` rows (K-major: `tile` x `bk` boxes; otherwise `bk` x `tile`), swizzled where asked."""
     dims, box = ((k, extent), (bk, tile)) if k_major else ((extent, k), (tile, bk))
-    return [*dims, dims[0] * 4, *box, 1, 1, 0, 0, 2, 0]
+    return [*dims, dims[0] * 4, *box, 1, 1, 0, swizzle(bk) if swizzled else 0, 2, 0]
+
+
+def box(k_major: bool, tile: Any, k_tile: Any) -> tuple[Any, Any]:
+    """A TMA copy's coordinates, innermost first, of the box at row `tile` x K `k_tile` of an operand."""
+    return (k_tile, tile) if k_major else (tile, k_tile)
 
 
 def kernel(wl: Workload, p: dict[str, Any]) -> Any:
@@ -69,10 +91,12 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     consumers = p["warps_r"] * p["warps_c"]  # warps of a K slice
     threads = consumers * WARP  # a K slice's threads: those of slice 0 sum the tile up and store it
     workers = threads * slices  # every consumer thread; the producer warp's lanes come after these
-    a_kmajor = wl.layout[0] == "N"
+    a_kmajor, b_kmajor = wl.layout[0] == "N", wl.layout[1] == "T"
     a_shape, b_shape = wl.input_shapes
     a_map_args = tensor_map(a_kmajor, rows, n, k, bk)
-    b_map_args = tensor_map(False, cols, m, k, bk)
+    b_map_args = tensor_map(b_kmajor, cols, m, k, bk, swizzled=b_kmajor)
+    step = 8 if b_kmajor else 1  # between a thread's columns of a block
+    align = SWIZZLED if b_kmajor else ALIGN  # of the stages at run time
     tiles = k // bk // split  # this CTA's K tiles
     producer = p["producer"]
     issuer = workers if producer else 0  # the thread that issues the copies
@@ -91,14 +115,18 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         return warp // p["warps_c"] * wm + r // 4 * (LANE_ROWS * 4) + (i * LANE_ROWS + lr if a_kmajor else lr * 4 + i)
 
     def col(tx: Any, b: Any) -> Any:
-        """The first of a thread's four columns of block b within the block tile."""
+        """The first of a thread's four columns of block b within the block tile (the others `step` apart)."""
         warp, lane = tx % threads // WARP, tx % WARP
-        return warp % p["warps_c"] * wn + b * (LANE_COLS * 4) + lane % LANE_COLS * 4
+        return warp % p["warps_c"] * wn + b * (LANE_COLS * 4) + lane % LANE_COLS * (4 if step == 1 else 1)
 
     def a_frag(r: int, kq: int) -> int:
         """Where a thread keeps A's value of its row r at the kq-th of four K steps: K-major loads give a row's
         four K steps together, M-major ones four rows of one K step."""
         return r * 4 + kq if a_kmajor else kq * tm + r
+
+    def b_frag(c: int, kq: int) -> int:
+        """Where a thread keeps B's value of its column c at the kq-th of four K steps (as `a_frag`)."""
+        return c * 4 + kq if b_kmajor else c
 
     def partial_at(tile: Any, q: Any, tx: Any) -> Any:
         """Where a thread keeps quad q of its sums in partial tile `tile`: thread-minor, 16-byte loads and stores
@@ -110,14 +138,20 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     def load(A_s, B_s, pad, bars, a_map, b_map, stage, tile, bx, by):
         """The producer: announce a stage's bytes to its mbarrier and start the TMA copies of K tile `tile`."""
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(bars[stage]), T.uint32(stage_bytes))
-        if a_kmajor:
-            T.ptx[copy](A_s.ptr_to([pad + stage * a_stage]), T.address_of(a_map), tile * bk, by * rows,
-                        T.address_of(bars[stage]))
-        else:
-            T.ptx[copy](A_s.ptr_to([pad + stage * a_stage]), T.address_of(a_map), by * rows, tile * bk,
-                        T.address_of(bars[stage]))
-        T.ptx[copy](B_s.ptr_to([pad + stage * b_stage]), T.address_of(b_map), bx * cols, tile * bk,
+        T.ptx[copy](A_s.ptr_to([pad + stage * a_stage]), T.address_of(a_map), *box(a_kmajor, by * rows, tile * bk),
                     T.address_of(bars[stage]))
+        T.ptx[copy](B_s.ptr_to([pad + stage * b_stage]), T.address_of(b_map), *box(b_kmajor, bx * cols, tile * bk),
+                    T.address_of(bars[stage]))
+
+    @T.macro
+    def store(C, acc, i, r, b, bx, by, tx):
+        """A thread's sums acc[i:i + 4] to its row r and block b's columns of C."""
+        if b_kmajor:
+            for j in T.unroll(0, 4):
+                C[by * rows + row(tx, r), bx * cols + col(tx, b) + j * step] = acc[i + j]
+        else:
+            for v in T.vectorized(4):
+                C[by * rows + row(tx, r), bx * cols + col(tx, b) + v] = acc[i + v]
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
@@ -143,20 +177,25 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         pool = T.SMEMPool()
         bars = pool.alloc((2 * stages,), "uint64", align=8)  # a "full" barrier per stage, then an "empty" one
         pool.move_base_to(ALIGN)
-        A_s = pool.alloc((stages * a_stage,), "float32", align=ALIGN)
-        B_s = pool.alloc((stages * b_stage,), "float32", align=ALIGN)
+        if b_kmajor:  # B's swizzled stages first, whole patterns long: A's follow them aligned
+            B_s = pool.alloc((stages * b_stage,), "float32", align=ALIGN)
+            A_s = pool.alloc((stages * a_stage,), "float32", align=ALIGN)
+        else:
+            A_s = pool.alloc((stages * a_stage,), "float32", align=ALIGN)
+            B_s = pool.alloc((stages * b_stage,), "float32", align=ALIGN)
+        lead = T.meta_var(B_s if b_kmajor else A_s)
         pool.move_base_to(ALIGN)  # K slices' and a split CTA's partial tiles: over the stages, read by then
         partial = pool.alloc((partial_sums(rows, cols, slices, split) or 4,), "float32", align=16)
-        pool.commit(shared_bytes(p))
-        # the dynamic shared base is not always 128-byte aligned: shift the tiles to a 128-byte boundary
-        # (counted in 16-byte vectors: TVM's CUDA codegen emits a 16-byte load only where it sees the offset
-        # in floats is a multiple of 4)
-        shift: T.let[T.int32] = T.cast((T.uint32(ALIGN) - T.cuda.cvta_generic_to_shared(A_s.ptr_to([0]))
-                                        % T.uint32(ALIGN)) % T.uint32(ALIGN), "int32") // 16
+        pool.commit(shared_bytes(p, b_kmajor))
+        # the dynamic shared base is not always `align`ed: shift the tiles to such a boundary (counted in 16-byte
+        # vectors: TVM's CUDA codegen emits a 16-byte load only where it sees the offset in floats is a multiple
+        # of 4)
+        shift: T.let[T.int32] = T.cast((T.uint32(align) - T.cuda.cvta_generic_to_shared(lead.ptr_to([0]))
+                                        % T.uint32(align)) % T.uint32(align), "int32") // 16
         pad = T.meta_var(shift * 4)
         acc = T.alloc_local((tm * tn,), "float32")
         a_f = T.alloc_local((tm * 4,), "float32")
-        b_f = T.alloc_local((tn,), "float32")
+        b_f = T.alloc_local((tn * 4 if b_kmajor else tn,), "float32")
         barriers(bars, a_map, b_map, tx, issuer)
         T.cuda.cta_sync()
         if tx == issuer:
@@ -182,13 +221,18 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                             for rb in T.unroll(0, tm // 4):
                                 for v in T.vectorized(4):
                                     a_f[kq * tm + rb * 4 + v] = A_s[a_base + (kk * 4 + kq) * rows + row(tx, rb * 4) + v]
-                    for kq in T.unroll(0, 4):
-                        for b in T.unroll(0, tn // 4):
+                    if b_kmajor:  # four K steps of each column
+                        for c in T.unroll(0, tn):
                             for v in T.vectorized(4):
-                                b_f[b * 4 + v] = B_s[b_base + (kk * 4 + kq) * cols + col(tx, b) + v]
+                                b_f[c * 4 + v] = B_s[b_base + b_at(col(tx, c // 4) + c % 4 * step, kk, bk) + v]
+                    for kq in T.unroll(0, 4):
+                        if not b_kmajor:
+                            for b in T.unroll(0, tn // 4):
+                                for v in T.vectorized(4):
+                                    b_f[b * 4 + v] = B_s[b_base + (kk * 4 + kq) * cols + col(tx, b) + v]
                         for r in T.unroll(0, tm):
                             for c in T.unroll(0, tn):
-                                acc[r * tn + c] = acc[r * tn + c] + a_f[a_frag(r, kq)] * b_f[c]
+                                acc[r * tn + c] = acc[r * tn + c] + a_f[a_frag(r, kq)] * b_f[b_frag(c, kq)]
                 T.cuda.warp_sync()
                 if tx % WARP == 0:  # this warp is done with the stage: the producer may refill it
                     T.ptx.mbarrier.arrive.shared.b64(T.address_of(bars[stages + t % stages]), T.uint32(1))
@@ -212,8 +256,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
             if tx < threads:
                 for r in T.unroll(0, tm):
                     for b in T.unroll(0, tn // 4):
-                        for v in T.vectorized(4):
-                            C[by * rows + row(tx, r), bx * cols + col(tx, b) + v] = acc[r * tn + b * 4 + v]
+                        store(C, acc, r * tn + b * 4, r, b, bx, by, tx)
         else:
             # every warp has read its stages (and slice 0 the slices' sums): the partial tile may overwrite them
             T.cuda.cta_sync()
@@ -228,8 +271,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                 for j in T.unroll(0, quads // split):
                     q = T.meta_var(rank * (quads // split) + j)
                     add_peers(acc, j, partial.ptr_to([partial_at(0, q, tx)]), peer_sums, peer)
-                    for v in T.vectorized(4):
-                        C[by * rows + row(tx, q // (tn // 4)), bx * cols + col(tx, q % (tn // 4)) + v] = acc[j * 4 + v]
+                    store(C, acc, j * 4, q // (tn // 4), q % (tn // 4), bx, by, tx)
             T.cuda.cluster_sync()  # no CTA leaves while a peer may still read its partial tile
     # fmt: on
     return main
