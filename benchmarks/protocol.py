@@ -187,7 +187,9 @@ def report(sets: dict[str, tuple[Entry, ...]], args: argparse.Namespace, argv: l
             with_vendor |= vendor[0] is not None
             found_all += [alone] if alone else []
             for tuner, found in runs.items():
-                found = [protocol_report.with_ratio(r, vendor) for r in found]
+                found = [{**protocol_report.with_ratio(r, vendor),
+                          "template": r.get("template") or protocol_run.template_of(wl, r.get("best_params"))}
+                         for r in found]
                 found_all += found
                 runs_found += len(found)
                 seen += [r["device"] for r in found if r.get("device")]

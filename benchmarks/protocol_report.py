@@ -10,6 +10,7 @@ import math
 import shlex
 import subprocess
 import time
+from collections import Counter
 from importlib import metadata
 from typing import Any
 
@@ -119,33 +120,40 @@ def _vendor_cell(vendor: Vendor) -> str:
     return "-" if gflops is None else f"{gflops:.1f}" + ("" if how == "alone" else f" ({how.removeprefix('alone, ')})")
 
 
+def _templates(records: list[dict[str, Any]]) -> str:
+    """The templates of the runs' best configs: one name, or each with its count where they differ (records of a
+    template since replaced, waiting to run again); "-" where none names one (MetaSchedule's own space)."""
+    counts = Counter(r["template"] for r in records if r.get("template"))
+    return ", ".join(name if len(counts) == 1 else f"{name} x{n}" for name, n in sorted(counts.items())) or "-"
+
+
 def row(entry: Entry, tuner: str, records: list[dict[str, Any]], vendor: Vendor = (None, "")) -> list[str]:
     """A table row for `tuner` on `entry` from its runs' records (none yet: dashes), their ratios to `vendor`."""
     if not records:
-        return [entry.workload, entry.model, tuner, "0", "-", "-", "-", "-", _vendor_cell(vendor)]
+        return [entry.workload, entry.model, tuner, "0", "-", "-", "-", "-", "-", _vendor_cell(vendor)]
     ratios = [r["ratio"] for r in records if r.get("ratio") is not None]
     return [entry.workload, entry.model, tuner, str(len(records)), _ci([r["best_gflops"] for r in records], 1),
             _ci(ratios, 2) if len(ratios) == len(records) else "-",
             _median([r["to_fraction"]["trials"] for r in records], "g"),
-            _median([r["to_fraction"]["seconds"] for r in records], ".1f"), _vendor_cell(vendor)]
+            _median([r["to_fraction"]["seconds"] for r in records], ".1f"), _templates(records), _vendor_cell(vendor)]
 
 
 def peer_row(entry: Entry, name: str, record: dict[str, Any] | None) -> list[str]:
     """The row of the peer `name` on `entry` from its record (none: dashes; a failed compilation: its error),
     with the vendor timed right after it."""
     if record is None:
-        return [entry.workload, entry.model, name, "0", "-", "-", "-", "-", "-"]
+        return [entry.workload, entry.model, name, "0", "-", "-", "-", "-", "-", "-"]
     if "error" in record:
-        return [entry.workload, entry.model, name, "1", f"failed: {record['error'][:120]}", "-", "-", "-", "-"]
+        return [entry.workload, entry.model, name, "1", f"failed: {record['error'][:120]}", "-", "-", "-", "-", "-"]
     differs = " (output differs from the reference)" if record.get("check") else ""
     ratio = f"{record['ratio']:.2f}" if record.get("ratio") is not None else "-"
     library = record.get("vendor") or {}
     return [entry.workload, entry.model, name + differs, "1", f"{record['gflops']:.1f}", ratio, "-",
-            f"{record['compile_s']:.1f}", f"{library['gflops']:.1f}" if library.get("gflops") else "-"]
+            f"{record['compile_s']:.1f}", "-", f"{library['gflops']:.1f}" if library.get("gflops") else "-"]
 
 
 HEAD = ["workload", "model", "tuner", "seeds", "best GFLOPS, median [95 % CI]", "vs vendor, median [95 % CI]",
-        "trials to 95 %", "seconds to 95 %", "vendor GFLOPS"]
+        "trials to 95 %", "seconds to 95 %", "template", "vendor GFLOPS"]
 
 
 def table(title: str, rows: list[list[str]], with_vendor: bool) -> str:
@@ -156,7 +164,8 @@ def table(title: str, rows: list[list[str]], with_vendor: bool) -> str:
                  "percentile-bootstrap intervals (none for one seed). To 95 %: median trials and seconds until "
                  "a run first reached 95 % of its own best; for torch.compile (one run, its mode "
                  "max-autotune-no-cudagraphs, timed from a CUDA graph as every row is), the seconds its "
-                 "compilation and autotuning took.  Vendor: the library timed alone once per workload after its "
+                 "compilation and autotuning took.  Template: the suite's kernel family of the runs' best configs "
+                 "(trial/templates/).  Vendor: the library timed alone once per workload after its "
                  "runs, every run's ratio divided by it (the peer's by the library timed right after it).")
     if not with_vendor:
         lines.append("Vendor ratios are absent: no vendor figure is recorded for these workloads yet (cuBLAS and "

@@ -42,10 +42,14 @@ def nothing_runs(monkeypatch):
 
 def test_report_reads_the_records_runs_nothing_and_says_how_far_they_go(tmp_path, capsys, monkeypatch):
     """Records written while each run timed the vendor beside it: one of those timings read 5x slow, so the
-    ratios divide by the median of the runs' vendor figures, and the table says so."""
+    ratios divide by the median of the runs' vendor figures, and the table says so.  Each row names the templates
+    of its runs' best configs, as records say them or, written before they did, as their best configs' knobs do."""
+    from trial.templates import matmul
+
     out = tmp_path / "records"
-    save_run(out, "opevo", 0, 40.0, vendor=30.0)
-    save_run(out, "opevo", 1, 36.0, vendor=6.0)  # timed while other runs' threads held the process
+    save_run(out, "opevo", 0, 40.0, vendor=30.0, template="simt")
+    save_run(out, "opevo", 1, 36.0, vendor=6.0,  # timed while other runs' threads held the process
+             best_params=matmul.default_params(parse_name(WORKLOAD), True))
     save_run(out, "random", 0, 33.0, vendor=30.0, versions={"TVM": "0.27.0.post1"})
     nothing_runs(monkeypatch)
     assert protocol.main(argv(out, "--report")) == 0
@@ -55,7 +59,8 @@ def test_report_reads_the_records_runs_nothing_and_says_how_far_they_go(tmp_path
     assert "Date: runs finished from 2026-11-27T22:10:00Z to 2026-11-27T22:11:00Z" in printed.out
     assert "Device: NVIDIA H200" in printed.out and "--report" in printed.out
     assert "| opevo | 2 | 38.0 [36.0, 40.0] | 1.27 [1.20, 1.33] |" in row_of(printed.out, "opevo")
-    assert row_of(printed.out, "random").endswith("| 1.10 | 5 | 1.5 | 30.0 (median of 3 beside runs) |")
+    assert "| matmul x1, simt x1 |" in row_of(printed.out, "opevo")
+    assert row_of(printed.out, "random").endswith("| 1.10 | 5 | 1.5 | - | 30.0 (median of 3 beside runs) |")
     assert not (out / "summary.md").exists() and "0 runs measured" in printed.err
 
 

@@ -1,7 +1,8 @@
 """The Hopper float32 template (TIRx, CUDA cores): chosen for float32 mm on sm_90 only, its knobs checked against
-the device, its kernels compiled as a GPU machine compiles them (NVRTC, then ptxas) in all four layouts, and every suite tuner proposing only configs of its space that the device runs.  (Its
-results are verified on GPUs only: TMA, mbarriers and clusters have no CPU form; the CPU keeps the portable
-template.)"""
+the device, its kernels compiled as a GPU machine compiles them (NVRTC, then ptxas) in all four layouts, a K-major
+B read where the TMA's swizzle puts it, and every suite tuner proposing only configs of its space that the device
+runs.  (Its results are verified on GPUs only: TMA, mbarriers and clusters have no CPU form; the CPU keeps the
+portable template.)"""
 import json
 import re
 
@@ -43,7 +44,8 @@ def test_float32_mm_on_hopper_gets_the_simt_template_in_every_layout():
     for layout in ("NN", "TN", "NT", "TT"):
         assert templates.load(parse_name(f"mm/N256K512M512P{layout}"), target=SM90) is simt, layout
     assert templates.load(wl, target=SM80) is matmul and templates.load(wl) is matmul
-    for other in ("mm/N96K4096M1024", "mm/N512K4096M96", "mm/N512K36M1024", "bmm/B960N128K128M64PNN", "mm/N512K4096M1024_f16"):
+    for other in ("mm/N96K4096M1024", "mm/N512K4096M96", "mm/N512K36M1024", "bmm/B960N128K128M64PNN",
+                  "mm/N512K4096M1024_f16"):
         assert templates.load(parse_name(other), target=SM90) is not simt, other
     assert templates.load(wl, target=SM90, params=matmul.default_params(wl, True)) is matmul
     assert templates.load(wl, params=simt.default_params(wl, True)) is simt

@@ -117,7 +117,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     def col(tx: Any, b: Any) -> Any:
         """The first of a thread's four columns of block b within the block tile (the others `step` apart)."""
         warp, lane = tx % threads // WARP, tx % WARP
-        return warp % p["warps_c"] * wn + b * (LANE_COLS * 4) + lane % LANE_COLS * (4 if step == 1 else 1)
+        return warp % p["warps_c"] * wn + b * (LANE_COLS * 4) + lane % LANE_COLS * (1 if b_kmajor else 4)
 
     def a_frag(r: int, kq: int) -> int:
         """Where a thread keeps A's value of its row r at the kq-th of four K steps: K-major loads give a row's
