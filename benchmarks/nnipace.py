@@ -12,8 +12,8 @@ of each trial job, they give the mean seconds of each hop of a trial:
 
   tuner holds   NNI asked the tuner for parameters -> the tuner sent them (OpEvo waits for results
                 once `offspring_size` are in flight)
-  to process    the tuner sent them -> the trial process exists (NNI's manager loop, every 0.5 s, and
-                its trial keeper starting the process)
+  to process    the tuner sent them -> the trial process exists (NNI's manager loop, every 0.5 s, and its
+                trial keeper; negative where NNI starts the process first, which then waits in `parameters`)
   imports       the process exists -> the trial asks for its parameters (Python and the trial's imports)
   parameters    -> it holds them (NNI's trial channel, through the measuring service)
   measure       build, run, verify, time (`trial.results.STAGES`, the means of the main ones shown)

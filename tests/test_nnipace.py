@@ -108,7 +108,9 @@ def test_nnictl_pace_on_the_cpu(tmp_path, capsys):
     assert code == 0, printed
     row = json.loads(out.read_text())[0]
     assert row["measured"] == row["ok"] == row["trials"] == 6 and row["nni_status"] == "DONE"
-    assert all(row["hops"][hop] is not None and row["hops"][hop] >= 0 for hop in nnipace.HOPS), row["hops"]
+    assert all(row["hops"][hop] is not None for hop in nnipace.HOPS), row["hops"]
+    # every hop but `to process` is a wait forward in time: NNI may start a process before its parameters exist
+    assert all(row["hops"][hop] >= 0 for hop in nnipace.HOPS if hop != "to process"), row["hops"]
     assert row["stages"]["build"] > 0 and 0 < row["trials_per_s_with_start"] < row["trials_per_s"]
     assert 0 < row["tuner_s"] and 0 < row["tuner_busy"] < 1  # the tuner's calls, timed in NNI's dispatcher
     assert set(row["run_s"]) == set(nnipace.RUN_PARTS) and row["run_s"]["timing"] > 0  # the run's steps, measured
