@@ -107,9 +107,10 @@ def test_k_major_b_is_read_where_the_tma_swizzle_put_it_and_free_of_bank_conflic
 @pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT"])
 def test_kernels_read_shared_memory_in_16_byte_loads_and_keep_no_local_memory(cuda_toolkit, layout):
     """In the PTX, per K tile (the K loop stays a loop) a thread loads A's fragments in tm x bk / 4 and B's in
-    tn / 4 x bk 16-byte shared loads (K-major A: one a row for four K steps; M-major A: four rows a K step), none of
-    them gathered element by element, and makes tm x tn x bk FMAs; slice 0 reads the other slices' sums in 16-byte
-    loads too; the kernel compiles without a stack frame or spills (the register estimate is an upper bound)."""
+    tn / 4 x bk 16-byte shared loads (K-major A: one a row for four K steps; M-major A: four rows a K step; B
+    likewise, a column for four K steps or four columns a K step), none of them gathered element by element, and
+    makes tm x tn x bk FMAs; slice 0 reads the other slices' sums in 16-byte loads too; the kernel compiles without a
+    stack frame or spills (the register estimate is an upper bound)."""
     wl = parse_name(f"mm/N512K1024M1024P{layout}")
     for config in valid_configs(wl, SM90, 4, seed=3, template=simt):
         source = source_of(wl, config)
