@@ -187,8 +187,7 @@ def report(sets: dict[str, tuple[Entry, ...]], args: argparse.Namespace, argv: l
             with_vendor |= vendor[0] is not None
             found_all += [alone] if alone else []
             for tuner, found in runs.items():
-                found = [{**protocol_report.with_ratio(r, vendor),
-                          "template": r.get("template") or protocol_run.template_of(wl, r.get("best_params"))}
+                found = [{**protocol_report.with_ratio(r, vendor), "template": protocol_run.recorded_template(wl, r)}
                          for r in found]
                 found_all += found
                 runs_found += len(found)

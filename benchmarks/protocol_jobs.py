@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from trial import templates
 from trial.measure import Options, device
 from trial.records import Records
 from trial.target import Target
@@ -46,8 +45,8 @@ def current(record: dict[str, Any] | None, wl: Workload, target: Target) -> bool
     again."""
     if record is None:
         return False
-    found = record.get("template") or protocol_run.template_of(wl, record.get("best_params"))
-    return found is None or found == templates.load(wl, target=target).__name__.rsplit(".", 1)[-1]
+    found = protocol_run.recorded_template(wl, record)
+    return found is None or found == protocol_run.picked_template(wl, target)
 
 
 def past_deadline(args: argparse.Namespace) -> bool:

@@ -27,6 +27,7 @@ from trial import templates
 from trial.measure import Options, measure
 from trial.records import Records
 from trial.results import MeasureResult, Status
+from trial.target import Target
 from trial.vendor import baseline
 from trial.workload import Workload
 
@@ -116,9 +117,25 @@ def load(target: Path) -> dict[str, Any] | None:
         return None
 
 
+def _short(template: Any) -> str:
+    """A template module's last name, as records keep it ("simt" for trial.templates.simt)."""
+    return template.__name__.rsplit(".", 1)[-1]
+
+
 def template_of(wl: Workload, params: dict[str, Any] | None) -> str | None:
-    """The template whose knobs `params` are (its module's last name), None without params."""
-    return None if params is None else templates.load(wl, params=params).__name__.rsplit(".", 1)[-1]
+    """The template whose knobs `params` are, None without params."""
+    return None if params is None else _short(templates.load(wl, params=params))
+
+
+def recorded_template(wl: Workload, record: dict[str, Any]) -> str | None:
+    """The template of a record's best config: as the record names it, else (written before records named it) as
+    its best config's knobs say; None where it has none (MetaSchedule's own space, or no kernel found)."""
+    return record.get("template") or template_of(wl, record.get("best_params"))
+
+
+def picked_template(wl: Workload, target: Target) -> str:
+    """The template the suite picks for `wl` on `target` now."""
+    return _short(templates.load(wl, target=target))
 
 
 def best_distinct(run: driver.Run, count: int = RETIMED) -> list[MeasureResult]:
