@@ -41,12 +41,17 @@ def path(job: Job, args: argparse.Namespace) -> Path:
 
 def current(record: dict[str, Any] | None, wl: Workload, target: Target) -> bool:
     """Whether `record` stands: there is one, and its best config (if any) is of the template the suite picks
-    for `wl` on `target` now; a record of a template since replaced (a new one serves the workload) runs
-    again."""
+    for `wl` on `target` now, over the same space; a record of a template since replaced (a new one serves the
+    workload) or of a space since changed (`protocol_run.space_of`) runs again."""
     if record is None:
         return False
     found = protocol_run.recorded_template(wl, record)
-    return found is None or found == protocol_run.picked_template(wl, target)
+    if found is None:
+        return True
+    if found != protocol_run.picked_template(wl, target):
+        return False
+    # MetaSchedule's records, which search its own space, keep none
+    return "space" not in record or record["space"] == protocol_run.space_of(wl, found)
 
 
 def past_deadline(args: argparse.Namespace) -> bool:

@@ -13,6 +13,7 @@ that a protocol killed mid-run leaves no partial file and its next invocation ru
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -138,6 +139,14 @@ def picked_template(wl: Workload, target: Target) -> str:
     return _short(templates.load(wl, target=target))
 
 
+def space_of(wl: Workload, template: str) -> str:
+    """A fingerprint of the knobs and values `template` ("simt") searches on `wl`: a record keeps its own, so that
+    a record of a space since changed (a knob or a value added for its shape) runs again."""
+    module = next(t for t in templates.candidates(wl) if _short(t) == template)
+    text = json.dumps(module.search_space(wl), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def best_distinct(run: driver.Run, count: int = RETIMED) -> list[MeasureResult]:
     """The run's `count` fastest `ok` results with distinct configurations, fastest first."""
     ranked = sorted((t.result for t in run.trials if t.result.status == Status.OK and t.result.params),
@@ -201,6 +210,8 @@ def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: i
         "experiment": run.experiment, "search_best_gflops": run.curve[-1] if run.curve else 0.0,
         "retimed": retimed, "best_gflops": best, "best_params": top["params"] if best > 0 else None,
         "template": template_of(wl, top["params"] if best > 0 else None),
+        **({"space": space_of(wl, template_of(wl, top["params"]))} if best > 0 and not metaschedule.is_label(tuner)
+           else {}),
         "to_fraction": {"fraction": FRACTION, "trials": to_trials, "seconds": to_seconds},
         "curve": [[t.index, round(t.finished_s, 3), str(t.result.status), t.result.gflops] for t in run.trials],
         **stamp(options),

@@ -260,36 +260,3 @@ def test_runs_get_the_classargs_and_concurrency_of_an_experiment_on_one_gpu(monk
     assert protocol.workers(protocol.parser().parse_args(["--workers", "3"])) == 3
     gpu.is_gpu = False
     assert protocol.workers(protocol.parser().parse_args([])) == registry.CONCURRENCY
-
-
-def test_a_record_whose_best_config_is_of_a_template_no_longer_picked_runs_again(tmp_path, capsys, monkeypatch):
-    """Each record names its best config's template; a record whose template the suite no longer picks for the
-    workload on the device (here: a Hopper float32 config, on the CPU) runs again, whether it names its template
-    or, written before records did, its best config says it; the others stand."""
-    from trial.templates import simt
-
-    out = tmp_path / "out"
-    one_workload = ["--workloads", TINY[0], "--tuners", "random", "--seeds", "3", "--trials", "3",
-                    "--target", "llvm", "--min-repeat-ms", "1", "--out", str(out), "--no-progress"]
-    wl = parse_name(TINY[0])
-    assert protocol.main(one_workload) == 0
-    saved = [protocol_run.path(out, wl, "random", seed, 3, protocol.registry.CONCURRENCY) for seed in range(3)]
-    records = [json.loads(p.read_text()) for p in saved]
-    assert {r["template"] for r in records} == {"matmul"}
-    records[0]["template"] = "simt"
-    records[1].pop("template")
-    records[2].pop("template")
-    records[2]["best_params"] = simt.default_params(wl, True)
-    for target, record in zip(saved, records):
-        protocol_run.save(target, record)
-    real, calls = protocol_run.one, []
-
-    def counted(wl, model, tuner, seed, *args, **kwargs):
-        calls.append(seed)
-        return real(wl, model, tuner, seed, *args, **kwargs)
-
-    monkeypatch.setattr(protocol_run, "one", counted)
-    capsys.readouterr()
-    assert protocol.main(one_workload) == 0
-    assert calls == [0, 2] and "2 runs measured" in capsys.readouterr().err
-    assert [json.loads(p.read_text()).get("template") for p in saved] == ["matmul", None, "matmul"]

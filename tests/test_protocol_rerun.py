@@ -1,0 +1,68 @@
+"""Which records of the benchmark protocol run again: those of a template the suite no longer picks for their
+workload, and those of a space since changed (`benchmarks.protocol_jobs.current`)."""
+import json
+
+from benchmarks import protocol, protocol_run
+from trial.workload import parse_name
+
+WORKLOAD = "mm/N32K32M32"
+
+
+def rerun(tmp_path, capsys, monkeypatch, edit):
+    """Three seeds of NNI Random on WORKLOAD on the CPU, their records changed by `edit(records, wl)`, then the same
+    command again: the seeds it ran, what it printed, and the records' paths."""
+    command = ["--workloads", WORKLOAD, "--tuners", "random", "--seeds", "3", "--trials", "3", "--target", "llvm",
+               "--min-repeat-ms", "1", "--out", str(tmp_path / "out"), "--no-progress"]
+    wl = parse_name(WORKLOAD)
+    assert protocol.main(command) == 0
+    saved = [protocol_run.path(tmp_path / "out", wl, "random", seed, 3, protocol.registry.CONCURRENCY)
+             for seed in range(3)]
+    records = [json.loads(p.read_text()) for p in saved]
+    edit(records, wl)
+    for target, record in zip(saved, records):
+        protocol_run.save(target, record)
+    real, calls = protocol_run.one, []
+
+    def counted(wl, model, tuner, seed, *args, **kwargs):
+        calls.append(seed)
+        return real(wl, model, tuner, seed, *args, **kwargs)
+
+    monkeypatch.setattr(protocol_run, "one", counted)
+    capsys.readouterr()
+    assert protocol.main(command) == 0
+    return calls, capsys.readouterr().err, saved
+
+
+def test_a_record_whose_best_config_is_of_a_template_no_longer_picked_runs_again(tmp_path, capsys, monkeypatch):
+    """Each record names its best config's template; a record whose template the suite no longer picks for the
+    workload on the device (here: a Hopper float32 config, on the CPU) runs again, whether it names its template
+    or, written before records did, its best config says it; the others stand."""
+    from trial.templates import simt
+
+    def edit(records, wl):
+        assert {r["template"] for r in records} == {"matmul"}
+        records[0]["template"] = "simt"
+        records[1].pop("template")
+        records[2].pop("template")
+        records[2]["best_params"] = simt.default_params(wl, True)
+
+    calls, err, saved = rerun(tmp_path, capsys, monkeypatch, edit)
+    assert calls == [0, 2] and "2 runs measured" in err
+    assert [json.loads(p.read_text()).get("template") for p in saved] == ["matmul", None, "matmul"]
+
+
+def test_a_record_of_a_space_since_changed_runs_again(tmp_path, capsys, monkeypatch):
+    """Each record keeps a fingerprint of the space its template searched on the workload; a record whose
+    fingerprint is not the space's now (a value since added for its shape) runs again; one with the same stands,
+    as does one without (MetaSchedule's, whose space is its own)."""
+    other = parse_name("mm/N64K64M128")
+
+    def edit(records, wl):
+        assert {r["space"] for r in records} == {protocol_run.space_of(wl, "matmul")}
+        assert protocol_run.space_of(wl, "matmul") != protocol_run.space_of(other, "matmul")
+        records[1]["space"] = protocol_run.space_of(other, "matmul")
+        records[2].pop("space")
+
+    calls, err, saved = rerun(tmp_path, capsys, monkeypatch, edit)
+    assert calls == [1] and "1 runs measured" in err
+    assert json.loads(saved[1].read_text())["space"] == protocol_run.space_of(parse_name(WORKLOAD), "matmul")
