@@ -50,7 +50,7 @@ def current(record: dict[str, Any] | None, wl: Workload, target: Target) -> bool
         return True
     if found != protocol_run.picked_template(wl, target):
         return False
-    # MetaSchedule's records, which search its own space, keep none
+    # a record written before records kept their space stands
     return "space" not in record or record["space"] == protocol_run.space_of(wl, found)
 
 

@@ -142,7 +142,7 @@ def picked_template(wl: Workload, target: Target) -> str:
 def space_of(wl: Workload, template: str) -> str:
     """A fingerprint of the knobs and values `template` ("simt") searches on `wl`: a record keeps its own, so that
     a record of a space since changed (a knob or a value added for its shape) runs again."""
-    module = next(t for t in templates.candidates(wl) if _short(t) == template)
+    module = templates.load(wl, name=f"{templates.__name__}.{template}")
     text = json.dumps(module.search_space(wl), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -201,6 +201,7 @@ def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: i
     best = top["gflops"] if top else 0.0
     where = top["target"] if top else next((t.result.target for t in run.trials if t.result.target), "")
     to_trials, to_seconds = time_to_fraction(run.trials, FRACTION)
+    template = template_of(wl, top["params"] if best > 0 else None)  # None: no kernel, or MetaSchedule's own space
     return {
         "workload": wl.name, "key": wl.key, "model": model, "tuner": tuner, "seed": seed,
         "class_args": class_args(tuner, workers), "budget": trials, "workers": workers,
@@ -209,9 +210,7 @@ def one(wl: Workload, model: str, tuner: str, seed: int, trials: int, workers: i
         "tuner_s": run.tuner_s,
         "experiment": run.experiment, "search_best_gflops": run.curve[-1] if run.curve else 0.0,
         "retimed": retimed, "best_gflops": best, "best_params": top["params"] if best > 0 else None,
-        "template": template_of(wl, top["params"] if best > 0 else None),
-        **({"space": space_of(wl, template_of(wl, top["params"]))} if best > 0 and not metaschedule.is_label(tuner)
-           else {}),
+        "template": template, **({"space": space_of(wl, template)} if template else {}),
         "to_fraction": {"fraction": FRACTION, "trials": to_trials, "seconds": to_seconds},
         "curve": [[t.index, round(t.finished_s, 3), str(t.result.status), t.result.gflops] for t in run.trials],
         **stamp(options),

@@ -54,7 +54,7 @@ def test_a_record_whose_best_config_is_of_a_template_no_longer_picked_runs_again
 def test_a_record_of_a_space_since_changed_runs_again(tmp_path, capsys, monkeypatch):
     """Each record keeps a fingerprint of the space its template searched on the workload; a record whose
     fingerprint is not the space's now (a value since added for its shape) runs again; one with the same stands,
-    as does one without (MetaSchedule's, whose space is its own)."""
+    as does one written before records kept it."""
     other = parse_name("mm/N64K64M128")
 
     def edit(records, wl):
