@@ -104,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
 def plan_sets(args: argparse.Namespace) -> dict[str, tuple[Entry, ...]]:
     """The workload sets of the command line; ValueError for an unknown set or a bad spec."""
     if args.workloads:
-        return {"given": tuple(Entry(parse_name(name).name, "given on the command line") for name in args.workloads)}
+        return {"given": tuple(workloads.entry(name) for name in args.workloads)}
     chosen = workloads.chosen(args.set)
     if args.quick:
         quick = dict(zip(workloads.SETS, ((entry,) for entry in workloads.QUICK)))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trial.workload import parse_name
+
 from .handpicked import STUDY as STUDY_NAMES
 
 _STUDY_MODELS = {
@@ -68,3 +70,12 @@ def chosen(name: str) -> dict[str, tuple[Entry, ...]]:
     if name not in SETS:
         raise ValueError(f"unknown workload set {name!r}: expected one of {', '.join([*SETS, 'all'])}")
     return {name: SETS[name]}
+
+
+def entry(name: str) -> Entry:
+    """The workload `name` (an op/spec, however spelt) as its set lists it, with the model layer it comes from,
+    so that a run asked for by name (--workloads) is recorded as the set's; one of no set is "given on the
+    command line".  ValueError for a bad spec."""
+    key = parse_name(name).key
+    listed = (e for entries in SETS.values() for e in entries if parse_name(e.workload).key == key)
+    return next(listed, Entry(parse_name(name).name, "given on the command line"))

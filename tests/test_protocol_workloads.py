@@ -38,3 +38,12 @@ def test_chosen_names_the_sets_and_rejects_others():
     assert workloads.chosen("held-out") == {"held-out": workloads.HELD_OUT}
     with pytest.raises(ValueError, match="unknown workload set 'train'"):
         workloads.chosen("train")
+
+
+def test_a_workload_given_by_name_keeps_the_model_its_set_names():
+    qkv = next(e for e in workloads.HELD_OUT if e.workload == "mm/N2048K768M2304PNT_f16")
+    assert workloads.entry("mm/N2048K768M2304PNT_f16") == qkv
+    assert workloads.entry("mm/N512K1024M1024PNN") == workloads.STUDY[0]  # spelt otherwise, the same workload
+    assert workloads.entry("mm/N64K64M64") == workloads.Entry("mm/N64K64M64", "given on the command line")
+    with pytest.raises(ValueError):
+        workloads.entry("mm/N64")
