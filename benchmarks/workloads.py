@@ -76,6 +76,6 @@ def entry(name: str) -> Entry:
     """The workload `name` (an op/spec, however spelt) as its set lists it, with the model layer it comes from,
     so that a run asked for by name (--workloads) is recorded as the set's; one of no set is "given on the
     command line".  ValueError for a bad spec."""
-    key = parse_name(name).key
-    listed = (e for entries in SETS.values() for e in entries if parse_name(e.workload).key == key)
-    return next(listed, Entry(parse_name(name).name, "given on the command line"))
+    wl = parse_name(name)
+    listed = (e for entries in SETS.values() for e in entries if parse_name(e.workload).key == wl.key)
+    return next(listed, Entry(wl.name, "given on the command line"))
