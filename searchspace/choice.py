@@ -7,15 +7,29 @@ import random
 from typing import Any
 
 from .errors import SpaceError
-from .param import MAX_VALUES, Parameter, shown
+from .param import MAX_VALUES, Parameter, copied, shown
+
+
+_TEXTS: dict[tuple[type, Any], str] = {}
+_TEXTS_KEPT = 4096
+_REMEMBERED = (int, str, bool, type(None))  # whose text their type and value fix (not so -0.0 and 0.0)
 
 
 def _canonical(value: Any) -> str | None:
-    """JSON text that tells 1, 1.0 and true apart (Python's == does not); None if not serialisable."""
+    """JSON text that tells 1, 1.0 and true apart (Python's == does not); None if not serialisable.  The texts
+    of plain ints and strings are remembered: keys of choices are taken for every configuration a tuner scores."""
+    kind = type(value)
+    if kind in _REMEMBERED:
+        found = _TEXTS.get((kind, value))
+        if found is not None:
+            return found
     try:
-        return json.dumps(value, sort_keys=True)
+        text = json.dumps(value, sort_keys=True)
     except (TypeError, ValueError):
         return None
+    if kind in _REMEMBERED and len(_TEXTS) < _TEXTS_KEPT:
+        _TEXTS[kind, value] = text
+    return text
 
 
 class Choice(Parameter):
@@ -56,21 +70,21 @@ class Choice(Parameter):
 
     @property
     def least(self) -> Any:
-        return copy.deepcopy(self.options[0])
+        return copied(self.options[0])
 
     def sample(self, rng: random.Random) -> Any:
-        return copy.deepcopy(rng.choice(self.options))
+        return copied(rng.choice(self.options))
 
     def neighbours(self, value: Any) -> list[Any]:
         i = self.key(value)
-        return [copy.deepcopy(v) for j, v in enumerate(self.options) if j != i]
+        return [copied(v) for j, v in enumerate(self.options) if j != i]
 
     def moves(self) -> list[tuple[int, ...]]:
         """To option k."""
         return [(k,) for k in range(len(self.options))]
 
     def move(self, value: Any, move: tuple[int, ...]) -> Any:
-        return copy.deepcopy(self.options[move[0]])
+        return copied(self.options[move[0]])
 
     def check(self, value: Any) -> str | None:
         if _canonical(value) not in self._index:

@@ -90,7 +90,7 @@ class ConstrainedSpace(SearchSpace):
         meets the same configurations again and again.  Keyed by every parameter's value, not by `key`, which
         validates first and folds inactive parameters into one value, where the rules may still tell them apart."""
         try:
-            key = tuple(p.key(config[name]) for name, p in self._params.items())
+            key = tuple([p.key(config[name]) for name, p in self._params.items()])
         except (KeyError, TypeError, ValueError):  # values outside the parameters': not remembered
             return self.constraints.excess(config)
         found = self._excesses.get(key)

@@ -11,6 +11,8 @@ from .param import MAX_VALUES, Parameter, shown
 
 
 def _is_number(value: Any) -> bool:
+    if type(value) is int:  # the common case first: isinstance on an ABC is slow
+        return True
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -13,6 +13,20 @@ MAX_VALUES = 4096
 """Most values a `choice` or `discrete` may list."""
 
 
+_ATOMS = (int, float, str, bool, type(None))
+
+
+def copied(value: Any) -> Any:
+    """`copy.deepcopy(value)` for a knob's value, without its cost on the numbers, strings and flat lists that
+    nearly every value is (a tuner copies values hundreds of thousands of times a run)."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is list:
+        return [v if type(v) in _ATOMS else copied(v) for v in value]
+    return copy.deepcopy(value)
+
+
 def shown(value: Any, limit: int = 80) -> str:
     """repr(value), cut to `limit` characters: error messages quote what a user wrote, not megabytes of it."""
     text = repr(value)
@@ -111,7 +125,7 @@ class Parameter(ABC):
         """
         if not 0.0 < q <= 1.0:
             raise ValueError(f"q must be in (0, 1], got {q!r}")
-        value = copy.deepcopy(value)
+        value = copied(value)
         while rng.random() >= q:
             options = self.neighbours(value)
             if not options:

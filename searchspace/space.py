@@ -16,7 +16,7 @@ from .condition import WHEN, Condition
 from .discrete import Discrete
 from .errors import SpaceError
 from .factor import Factor
-from .param import MAX_ENUMERATION, Parameter, shown
+from .param import MAX_ENUMERATION, Parameter, copied, shown
 from .perm import Perm
 
 TYPES: Mapping[str, type[Parameter]] = MappingProxyType(
@@ -185,9 +185,11 @@ class SearchSpace:
         """Everything wrong with `config`, one message per problem, each starting with the parameter name."""
         if not isinstance(config, Mapping):
             return [f"a configuration must be an object mapping parameter names to values, got {config!r}"]
-        out = [f"{name}: missing" for name in self._params if name not in config]
-        out += [f"{name}: unknown parameter (expected {', '.join(self._params)})"
-                for name in config if name not in self._params]
+        out = []
+        if config.keys() != self._params.keys():  # names checked one by one only where they differ
+            out = [f"{name}: missing" for name in self._params if name not in config]
+            out += [f"{name}: unknown parameter (expected {', '.join(self._params)})"
+                    for name in config if name not in self._params]
         for name, p in self._params.items():
             if name in config:
                 reason = p.check(config[name])
@@ -223,7 +225,7 @@ class SearchSpace:
     def neighbours(self, config: Config) -> list[Config]:
         """The configurations that differ from `config` in one active parameter by one move."""
         self.validate(config)
-        base, out = copy.deepcopy(config), []  # the neighbours share their unchanged values with one another
+        base, out = {n: copied(v) for n, v in config.items()}, []  # the neighbours share their unchanged values
         for name, p in self._params.items():
             if self.active(name, config):
                 out += [{**base, name: value} for value in p.neighbours(config[name])]
@@ -240,7 +242,8 @@ class SearchSpace:
             return None
         param = self._params[name]
         value = param.move(config[name], m)
-        return None if param.key(value) == param.key(config[name]) else {**copy.deepcopy(config), name: value}
+        return None if param.key(value) == param.key(config[name]) else {**{n: copied(v) for n, v in config.items()},
+                                                                          name: value}
 
     def encode(self, config: Config) -> list[float]:
         """The parameters' encodings concatenated in search-space order (length `encode_width`)."""

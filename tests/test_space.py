@@ -16,6 +16,7 @@ from tuner_harness import MATMUL
 from space_strategies import MIXED, factor_specs, params
 
 from searchspace import MAX_ENUMERATION, Choice, Factor, Perm, SearchSpace, SpaceError
+from searchspace.param import copied
 
 def brute_force_factorisations(product: int, parts: int) -> set[tuple[int, ...]]:
     divisors = [d for d in range(1, product + 1) if product % d == 0]
@@ -113,9 +114,19 @@ def test_key_is_canonical() -> None:
 
 
 def test_choice_tells_json_values_apart() -> None:
-    choice = Choice.from_value("v", [1, 1.0, True, "1"])
-    assert [choice.key(v) for v in (1, 1.0, True, "1")] == [0, 1, 2, 3]
-    assert choice.check(2) is not None
+    choice = Choice.from_value("v", [1, 1.0, True, "1", 0.0, -0.0, [1, 2]])
+    for _ in range(2):  # the second time through the texts the choice remembers
+        assert [choice.key(v) for v in (1, 1.0, True, "1", 0.0, -0.0, [1, 2])] == [0, 1, 2, 3, 4, 5, 6]
+        assert [choice.key(v) for v in (True, 1.0, 1)] == [2, 1, 0]
+    assert choice.check(2) is not None and choice.check(False) is not None
+
+
+def test_copied_values_share_nothing_mutable() -> None:
+    value = [1, [2, {"a": [3]}], "s", None, 1.5, (4, [5])]
+    copy = copied(value)
+    assert copy == value and copy is not value
+    assert copy[1] is not value[1] and copy[1][1]["a"] is not value[1][1]["a"] and copy[5][1] is not value[5][1]
+    assert copied(7) == 7 and copied("x") == "x"
 
 
 def test_encodings_have_fixed_width_and_are_injective() -> None:

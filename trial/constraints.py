@@ -52,21 +52,21 @@ def device_rules(target: Target) -> list[Rule]:
     """The limits of a GPU's thread block (none on the CPU)."""
     if not target.is_gpu:
         return []
-    lim = target.limits
+    lim, arch, async_copy = target.limits, target.cuda_arch, target.async_copy  # read once: rules run per config
     dims = [Rule(lambda r, c, i=i: r["thread_dims"][i], most,
                  lambda r, c, i=i, axis=axis, most=most: f"threadIdx.{axis} extent {r['thread_dims'][i]} > device "
                                                          f"limit {most}")
             for i, (axis, most) in enumerate(zip("xyz", lim.max_thread_dims))]
     return [
-        Rule(lambda r, c: float(bool(r.get("async_copy")) and not target.async_copy), 0.0,
+        Rule(lambda r, c: float(bool(r.get("async_copy")) and not async_copy), 0.0,
              lambda r, c: f"asynchronous copies (cp.async) need CUDA sm_80 or newer, not {target.device_name}"),
         Rule(lambda r, c: float(bool(r.get("async_copy")) and r["threads"] < 2), 0.0, grows=False,
              message=lambda r, c: "asynchronous copies (cp.async) in a block of one thread: TVM 0.27 can leave "
                                   "their copy group (tirx.dma_start_group) unlowered there"),
-        Rule(lambda r, c: float(r.get("min_cuda_arch", 0) > target.cuda_arch), 0.0,
+        Rule(lambda r, c: float(r.get("min_cuda_arch", 0) > arch), 0.0,
              lambda r, c: f"these tensor-core instructions need CUDA sm_{r['min_cuda_arch']} or newer, "
                           f"not {target.device_name}"),
-        Rule(lambda r, c: float(r.get("exact_cuda_arch", target.cuda_arch) != target.cuda_arch), 0.0,
+        Rule(lambda r, c: float(r.get("exact_cuda_arch", arch) != arch), 0.0,
              lambda r, c: f"these instructions exist on CUDA sm_{r['exact_cuda_arch']} only, not on "
                           f"{target.device_name}"),
         Rule(lambda r, c: r["threads"], lim.max_threads_per_block,

@@ -31,14 +31,14 @@ without proposing them again, is thread-safe, and pairs results by parameter id 
 """
 from __future__ import annotations
 
-import copy
+from itertools import accumulate
 from typing import Any
 
 from .base import SpaceTuner
 from .classargs import number_in, positive_int
 from .surrogate import Surrogate
 from searchspace import Config, SpaceError
-from searchspace.param import shown
+from searchspace.param import copied, shown
 
 SELECTIONS = ("rank", "fitness")
 BREED_TRIES = 32
@@ -146,12 +146,12 @@ class OpEvoTuner(SpaceTuner):
         no mutation is spent where it cannot change the kernel."""
         assert self.space is not None
         child: Config = {}
-        conditional = self.space.conditions
+        conditional, cumulative = self.space.conditions, list(accumulate(weights))  # `choices` sums them each call
         for name in sorted(self.space.names, key=lambda n: n in conditional):  # the deciding choices first
-            parent = self.rng.choices(parents, weights)[0]
+            parent = self.rng.choices(parents, cum_weights=cumulative)[0]
             active = name not in conditional or self.space.active(name, child)
             child[name] = (self.space[name].mutate(parent[name], self.rng, q=1.0 - self.mutate_rate) if active
-                           else copy.deepcopy(parent[name]))
+                           else copied(parent[name]))
         return {name: child[name] for name in self.space.names}
 
     def _weights(self, values: list[float]) -> list[float]:
