@@ -123,9 +123,9 @@ def test_choice_tells_json_values_apart() -> None:
 
 def test_copied_values_share_nothing_mutable() -> None:
     value = [1, [2, {"a": [3]}], "s", None, 1.5, (4, [5])]
-    copy = copied(value)
-    assert copy == value and copy is not value
-    assert copy[1] is not value[1] and copy[1][1]["a"] is not value[1][1]["a"] and copy[5][1] is not value[5][1]
+    twin = copied(value)
+    assert twin == value and twin is not value
+    assert twin[1] is not value[1] and twin[1][1]["a"] is not value[1][1]["a"] and twin[5][1] is not value[5][1]
     assert copied(7) == 7 and copied("x") == "x"
 
 
