@@ -23,14 +23,13 @@ memory or registers a block may have), which is where a GPU's fast kernels are f
 """
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from .condition import Condition
 from .errors import SpaceError
-from .param import Parameter
+from .param import Parameter, copied
 from .space import Config, SearchSpace
 
 REJECTION_TRIES = 64
@@ -148,7 +147,7 @@ class ConstrainedSpace(SearchSpace):
 
     def _draw(self, rng: random.Random) -> Config:
         """A configuration drawn uniformly from the pruned domains, valid or not."""
-        return {name: copy.deepcopy(rng.choice(values)) if values is not None else self[name].sample(rng)
+        return {name: copied(rng.choice(values)) if values is not None else self[name].sample(rng)
                 for name, values in self.domains().items()}
 
     def _degree(self, config: Config) -> int:

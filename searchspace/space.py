@@ -141,7 +141,7 @@ class SearchSpace:
         for name, cond in self._when.items():
             choice = self._params[cond.on]
             if name not in out and cond.on in out and choice.contains(out[cond.on]) and not cond.holds(choice, out):
-                out[name] = copy.deepcopy(self._params[name].least)
+                out[name] = copied(self._params[name].least)
         return out
 
     def __getitem__(self, name: str) -> Parameter:
@@ -260,6 +260,6 @@ class SearchSpace:
         names, deciding = self.names, sorted({c.on for c in self._when.values()})
         for_each = [dict(zip(deciding, chosen))
                     for chosen in itertools.product(*(self._params[n].values() for n in deciding))]
-        return ({n: copy.deepcopy(v) for n, v in zip(names, combo)} for fixed in for_each
+        return ({n: copied(v) for n, v in zip(names, combo)} for fixed in for_each
                 for combo in itertools.product(*([fixed[n]] if n in fixed else p.values() if self.active(n, fixed)
                                                  else [p.least] for n, p in self._params.items())))
