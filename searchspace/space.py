@@ -31,6 +31,11 @@ Move = tuple[str, tuple[int, ...]]
 """A parameter's name and one of its moves (`Parameter.moves`)."""
 
 
+def _values_copied(config: Config) -> Config:
+    """`config` with every value copied (`copied`): what the moves from it may share without aliasing it."""
+    return {name: copied(value) for name, value in config.items()}
+
+
 class SearchSpace:
     """An ordered set of named parameters; a configuration maps every name to one of its values.
 
@@ -225,7 +230,7 @@ class SearchSpace:
     def neighbours(self, config: Config) -> list[Config]:
         """The configurations that differ from `config` in one active parameter by one move."""
         self.validate(config)
-        base, out = {n: copied(v) for n, v in config.items()}, []  # the neighbours share their unchanged values
+        base, out = _values_copied(config), []  # the neighbours share their unchanged values
         for name, p in self._params.items():
             if self.active(name, config):
                 out += [{**base, name: value} for value in p.neighbours(config[name])]
@@ -242,8 +247,7 @@ class SearchSpace:
             return None
         param = self._params[name]
         value = param.move(config[name], m)
-        return None if param.key(value) == param.key(config[name]) else {**{n: copied(v) for n, v in config.items()},
-                                                                          name: value}
+        return None if param.key(value) == param.key(config[name]) else {**_values_copied(config), name: value}
 
     def encode(self, config: Config) -> list[float]:
         """The parameters' encodings concatenated in search-space order (length `encode_width`)."""
