@@ -15,7 +15,7 @@ from searchspace import SearchSpace
 from trial import build, check, templates
 from trial.archs import target_of
 from trial.constraints import KernelRules
-from trial.templates import matmul, simt, simt_kernel
+from trial.templates import matmul, simt, simt_operand
 from trial.workload import parse_name
 from tuners.gbfs import GBFSTuner
 from tuners.na2c import NA2CTuner
@@ -39,13 +39,14 @@ def instructions(source):
     return {name: names.count(name) for name in set(names)}
 
 
-def test_float32_mm_on_hopper_gets_the_simt_template_in_every_layout():
+def test_float32_mm_and_bmm_on_hopper_get_the_simt_template_in_every_layout():
     wl = parse_name(LONG_K)
     for layout in ("NN", "TN", "NT", "TT"):
         assert templates.load(parse_name(f"mm/N256K512M512P{layout}"), target=SM90) is simt, layout
+        assert templates.load(parse_name(f"bmm/B960N128K128M64P{layout}"), target=SM90) is simt, layout
     assert templates.load(wl, target=SM80) is matmul and templates.load(wl) is matmul
-    for other in ("mm/N96K4096M1024", "mm/N512K4096M96", "mm/N512K36M1024", "bmm/B960N128K128M64PNN",
-                  "mm/N512K4096M1024_f16"):
+    for other in ("mm/N96K4096M1024", "mm/N512K4096M96", "mm/N512K36M1024", "bmm/B960N96K128M64PNN",
+                  "bmm/B40000N128K64M64", "mm/N512K4096M1024_f16", "conv/N32C64HW56F64K3ST1PD1"):
         assert templates.load(parse_name(other), target=SM90) is not simt, other
     assert templates.load(wl, target=SM90, params=matmul.default_params(wl, True)) is matmul
     assert templates.load(wl, params=simt.default_params(wl, True)) is simt
@@ -94,13 +95,13 @@ def test_k_major_b_is_read_where_the_tma_swizzle_put_it_and_free_of_bank_conflic
     every row; the eight adjacent columns a quarter warp reads at one K chunk lie in eight distinct 16-byte bank
     groups, all 32 banks."""
     bits = {8: 1, 16: 2, 32: 3}[bk]
-    assert simt_kernel.swizzle(bk) == bits and simt_kernel.tensor_map(True, 64, 1024, 512, bk, True)[8] == bits
+    assert simt_operand.swizzle(bk) == bits and simt_operand.tensor_map(True, 64, 1024, 512, bk, True)[8] == bits
     for c in range(64):
         for chunk in range(bk // 4):
-            assert simt_kernel.b_at(c, chunk, bk) * 4 == cute_swizzle(c * bk * 4 + chunk * 16, bits), (c, chunk)
+            assert simt_operand.b_at(c, chunk, bk) * 4 == cute_swizzle(c * bk * 4 + chunk * 16, bits), (c, chunk)
     for first in range(0, 64, 8):
         for chunk in range(bk // 4):
-            banks = {simt_kernel.b_at(first + lane, chunk, bk) * 4 // 16 % 8 for lane in range(8)}
+            banks = {simt_operand.b_at(first + lane, chunk, bk) * 4 // 16 % 8 for lane in range(8)}
             assert banks == set(range(8)), (first, chunk)
 
 
@@ -124,6 +125,37 @@ def test_kernels_read_shared_memory_in_16_byte_loads_and_keep_no_local_memory(cu
         assert all(k.stack_bytes == 0 and k.spill_bytes == 0 for k in reports), (config, reports)
         assert all(k.registers <= simt.resources(wl, config)["registers_per_thread"] or k.registers == 255
                    for k in reports), (config, reports)
+
+
+def test_a_bmm_grid_holds_a_row_for_each_row_tile_of_each_product():
+    """A grid without clusters gives its rows (gridDim.y, at most 65535) to every product's row tiles: 40,000
+    products of 128 rows take the portable template (the default 64-row tiles need 80,000), and taller tiles or a
+    split, whose cluster grid is flat, are what fit."""
+    wl = parse_name("bmm/B40000N128K64M64")
+    short = {**simt.default_params(wl, True), "warps_r": 2}
+    assert simt.grid_rows(wl, short) == 160000 and simt.grid_rows(wl, simt.default_params(wl, True)) == 80000
+    with pytest.raises(check.InvalidConfig, match="160000 row tiles of 32 rows exceed the 65535 grid rows"):
+        check.check(wl, simt, short, SM90)
+    check.check(wl, simt, {**short, "split": 2, "bk": 8}, SM90)
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN", "NT"])
+def test_a_bmm_reads_each_product_through_rank_3_tensor_maps(cuda_toolkit, layout):
+    """A bmm's operands are rank-3 tensor maps (the product outermost, a box one product deep, the product's
+    stride N x K or M x K elements) read by 3-D TMA copies at the grid row's product, and its kernel makes the
+    mm kernel's shared loads and FMAs per K tile, without a stack frame or spills."""
+    wl = parse_name(f"bmm/B192N128K128M64P{layout}")
+    assert simt_operand.tensor_map(layout[0] == "N", 64, 128, 128, 8, batch=192)[:8] == \
+        ([128, 128, 192, 512, 65536, 8, 64, 1] if layout[0] == "N" else [128, 128, 192, 512, 65536, 64, 8, 1])
+    for config in valid_configs(wl, SM90, 3, seed=5, template=simt):
+        source = source_of(wl, config)
+        assert "async_bulk_tensor_3d" in source and "async_bulk_tensor_2d" not in source, config
+        counts = instructions(source)
+        fragments = config["tm"] * config["bk"] // 4 + config["tn"] // 4 * config["bk"]
+        handed = (config["slices"] - 1) * config["tm"] * config["tn"] // 4
+        assert counts.get("ld.shared.v4.f32", 0) == fragments + handed, (config, counts)
+        assert counts["fma.rn.ftz.f32"] == config["tm"] * config["tn"] * config["bk"], config
+        assert all(k.stack_bytes == 0 and k.spill_bytes == 0 for k in compile_kernels(source, "sm_90")), config
 
 
 @pytest.mark.parametrize("split", [1, 2, 8])
@@ -188,6 +220,11 @@ def test_every_proposal_is_a_simt_kernel_the_device_runs(cls):
     assert sum(not rules.problems(c) for c in space.values()) == 12755
     evaluate = stand_in(wl, simt, SM90)
     tuner = make_tuner(cls, simt.search_space(wl), workload=LONG_K, target="sm_90", seed=1)
+    run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=4).run(40)
+    assert len(run.proposed) == 40 and all(outcome is not None for outcome in run.outcomes)
+    bmm = parse_name("bmm/B192N128K128M64PNN")  # BERT-base's probabilities x V, 12 heads x batch 16
+    evaluate = stand_in(bmm, simt, SM90)
+    tuner = make_tuner(cls, simt.search_space(bmm), workload=bmm.key, target="sm_90", seed=1)
     run = FakeNNI(tuner, lambda config: evaluate(config).report(), concurrency=4).run(40)
     assert len(run.proposed) == 40 and all(outcome is not None for outcome in run.outcomes)
 

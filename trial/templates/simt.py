@@ -1,4 +1,4 @@
-"""Float32 matmul on Hopper's CUDA cores, written in TVM's TIRx script layer: TMA-fed stages, warp tiles
+"""Float32 matmul and batched matmul on Hopper's CUDA cores, written in TVM's TIRx script layer: TMA-fed stages, warp tiles
 laid out as CUTLASS's SIMT GEMMs lay them out, and K divided among warps of a CTA or CTAs of a cluster.
 
 The portable template (matmul.py) stayed short of cuBLAS on mm/N512K4096M1024.  Nsight Compute put
@@ -23,8 +23,9 @@ Knobs:
   producer discrete [0, 1]         who issues the copies: 0, the first consumer thread, refilling the
                                    previous K tile's stage; 1, a warp of its own
 
-Only float32 mm on sm_90 (any layout: a K-major B, as `nn.Linear`'s weight, is read through the TMA's
-swizzle), N and M multiples of 64 and K of 8 (`applies`); elsewhere matmul.py serves.
+Only float32 mm and bmm on sm_90 (any layout: a K-major B, as `nn.Linear`'s weight, is read through the TMA's
+swizzle), N and M multiples of 64 and K of 8 (`applies`); elsewhere matmul.py serves.  A bmm's products share
+one launch, each of its CTAs computing a tile of one product (simt_kernel.py).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from ..workload import Workload
 from .k_split import slice_rules
 from .matmul import prim_func  # the same computation, for MetaSchedule
 from .simt_kernel import WARP, block_tile, kernel, shared_bytes
+from .wgmma import MAX_GRID_Y
 
 if TYPE_CHECKING:
     import tvm
@@ -51,12 +53,18 @@ counts them for this kernel (tests/test_simt.py)."""
 
 
 def applies(wl: Workload, target: Target | None) -> bool:
-    """Whether this template serves `wl` on `target`: float32 mm on a Hopper GPU, in whole tiles of
+    """Whether this template serves `wl` on `target`: float32 mm or bmm on a Hopper GPU, in whole tiles of
     `default_params`'s smaller kind."""
     d = wl.dims
-    return (target is not None and target.kind == "cuda" and target.cuda_arch == 90 and wl.op == "mm"
+    return (target is not None and target.kind == "cuda" and target.cuda_arch == 90 and wl.op in ("mm", "bmm")
             and wl.dtype == "float32" and d["N"] % 64 == 0 and d["M"] % 64 == 0
-            and d["K"] % 8 == 0)
+            and d["K"] % 8 == 0 and grid_rows(wl, default_params(wl, True)) <= MAX_GRID_Y)
+
+
+def grid_rows(wl: Workload, p: dict[str, Any]) -> int:
+    """The grid's rows where CTAs do not split K (a cluster grid is launched flat): a row for each row tile of
+    each of bmm's B products."""
+    return wl.dims["N"] // block_tile(p)[0] * wl.dims.get("B", 1)
 
 
 def search_space(wl: Workload) -> dict[str, Any]:
@@ -75,12 +83,13 @@ def default_params(wl: Workload, gpu: bool) -> dict[str, Any]:
     """Configs OpEvo found on an H100, where the shape takes them: with enough 256 x 64 tiles to fill an
     H100's 132 SMs, those, 8 x 8 sums a thread (as on mm/N512K1024M4096); with fewer, 128 x 64 tiles of 8 x 8
     sums a thread, K sliced in 2 and split in 2 (as on mm/N512K4096M1024); otherwise 64 x 64 tiles of 4 x 8
-    sums a thread.  32-deep K tiles where K allows, a producer warp."""
-    n, k, m = wl.dims["N"], wl.dims["K"], wl.dims["M"]
-    if n % 256 == 0 and n // 256 * (m // 64) >= 120 and k % 32 == 0:
+    sums a thread (and on every bmm, whose products are small).  32-deep K tiles where K allows, a producer
+    warp."""
+    n, k, m, mm = wl.dims["N"], wl.dims["K"], wl.dims["M"], wl.op == "mm"
+    if mm and n % 256 == 0 and n // 256 * (m // 64) >= 120 and k % 32 == 0:
         return {"warps_r": 8, "warps_c": 1, "tm": 8, "tn": 8, "bk": 32, "stages": 5, "split": 1, "slices": 1,
                 "producer": 1}
-    if n % 128 == 0 and k % 128 == 0:
+    if mm and n % 128 == 0 and k % 128 == 0:
         return {"warps_r": 4, "warps_c": 1, "tm": 8, "tn": 8, "bk": 32, "stages": 6, "split": 2, "slices": 2,
                 "producer": 1}
     return {"warps_r": 4, "warps_c": 1, "tm": 4, "tn": 8, "bk": 8, "stages": 3, "split": 1, "slices": 1,
@@ -102,7 +111,7 @@ def rules(wl: Workload) -> list[Rule]:
     """Whole tiles only (the TMA would fill a partial box with zeros, but the loops and stores take whole
     tiles): the block tile divides N and M, and each split CTA and each K slice gets whole K tiles; a TMA box
     spans at most 256 rows; a split CTA sums whole quads of every thread's sums.  K slices need the producer
-    warp and a whole number of stages each."""
+    warp and a whole number of stages each.  A grid without clusters holds at most `MAX_GRID_Y` rows."""
     d = wl.dims
     return [Rule(lambda r, c: float(d["N"] % block_tile(c)[0] != 0), 0.0, grows=False,
                  message=lambda r, c: f"the tile's {block_tile(c)[0]} rows do not divide N {d['N']}"),
@@ -117,7 +126,10 @@ def rules(wl: Workload) -> list[Rule]:
             *slice_rules(),
             Rule(lambda r, c: float(c["tm"] * c["tn"] // 4 % c["split"] != 0), 0.0, grows=False,
                  message=lambda r, c: f"split {c['split']} does not divide a thread's {c['tm'] * c['tn'] // 4} "
-                                      f"quads of sums")]
+                                      f"quads of sums"),
+            Rule(lambda r, c: float(c["split"] == 1 and grid_rows(wl, c) > MAX_GRID_Y), 0.0, grows=False,
+                 message=lambda r, c: f"{grid_rows(wl, c)} row tiles of {block_tile(c)[0]} rows exceed the "
+                                      f"{MAX_GRID_Y} grid rows (gridDim.y) CUDA launches: taller tiles, or split > 1")]
 
 
 def compile_kernel(mod: tvm.IRModule, target: Target, explicit_unroll: bool = False) -> Any:

@@ -29,6 +29,9 @@ banks.  Its sums then reach C one column at a time.
 Split-K (`split` s > 1): a cluster of s CTAs computes one output tile, each over 1/s of the K tiles; each
 writes its sums over its stages, and after a cluster barrier each sums 1/s of the tile's quads from all of
 them through distributed shared memory and stores them: no partial result leaves the cluster.
+
+A bmm's B products share one launch: grid row `by` is row tile by % (N / rows) of product by // (N / rows),
+its operands' boxes one product deep (simt_operand.py), and C indexed [product, row, column].
 """
 from __future__ import annotations
 
@@ -36,10 +39,10 @@ from typing import Any
 
 from ..workload import Workload
 from .k_split import partial_sums, peer_sum
+from .simt_operand import SWIZZLED, b_at, box, tensor_map
 from .tma_stages import init_stages
 
 ALIGN = 128  # TMA writes a tile to a 128-byte aligned shared address
-SWIZZLED = 1024  # a swizzled tile starts where its pattern does: every 8 128-byte lines (CUDA's TMA)
 WARP = 32
 LANE_ROWS, LANE_COLS = 4, 8
 
@@ -57,29 +60,6 @@ def shared_bytes(p: dict[str, Any], b_kmajor: bool = False) -> int:
     return ALIGN + (SWIZZLED if b_kmajor else ALIGN) + max(p["stages"] * (rows + cols) * p["bk"] * 4, partial * 4)
 
 
-def swizzle(bk: int) -> int:
-    """CUtensorMapSwizzle for K-major rows of `bk` floats: 32, 64 or 128 bytes (1, 2, 3), the row's length."""
-    return {8: 1, 16: 2, 32: 3}[bk]
-
-
-def b_at(c: Any, chunk: Any, bk: int) -> Any:
-    """Where the swizzled K-major tile keeps the `chunk`-th 16 bytes of its row `c`: CUDA's swizzle XORs the
-    chunk's index within its row with the row's 128-byte line, modulo the chunks of a row."""
-    return c * bk + (chunk ^ (c * bk // 32 % (bk // 4))) * 4
-
-
-def tensor_map(k_major: bool, tile: int, extent: int, k: int, bk: int, swizzled: bool = False) -> list[int]:
-    """cuTensorMapEncodeTiled's arguments after the pointer, innermost dimension first, for float32 K tiles
-    of `tile` rows (K-major: `tile` x `bk` boxes; otherwise `bk` x `tile`), swizzled where asked."""
-    dims, box = ((k, extent), (bk, tile)) if k_major else ((extent, k), (tile, bk))
-    return [*dims, dims[0] * 4, *box, 1, 1, 0, swizzle(bk) if swizzled else 0, 2, 0]
-
-
-def box(k_major: bool, tile: Any, k_tile: Any) -> tuple[Any, Any]:
-    """A TMA copy's coordinates, innermost first, of the box at row `tile` x K `k_tile` of an operand."""
-    return (k_tile, tile) if k_major else (tile, k_tile)
-
-
 def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     """The PrimFunc of `wl` with knobs `p` (simt.py's space)."""
     from tvm.script import tirx as T
@@ -93,8 +73,10 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     workers = threads * slices  # every consumer thread; the producer warp's lanes come after these
     a_kmajor, b_kmajor = wl.layout[0] == "N", wl.layout[1] == "T"
     a_shape, b_shape = wl.input_shapes
-    a_map_args = tensor_map(a_kmajor, rows, n, k, bk)
-    b_map_args = tensor_map(b_kmajor, cols, m, k, bk, swizzled=b_kmajor)
+    batch = wl.dims.get("B", 1)  # a bmm's products, one after another in A, B and C
+    map_rank, row_tiles, col_tiles = 3 if batch > 1 else 2, n // rows, m // cols  # row and column tiles of a product
+    a_map_args = tensor_map(a_kmajor, rows, n, k, bk, batch=batch)
+    b_map_args = tensor_map(b_kmajor, cols, m, k, bk, swizzled=b_kmajor, batch=batch)
     step = 8 if b_kmajor else 1  # between a thread's columns of a block
     align = SWIZZLED if b_kmajor else ALIGN  # of the stages at run time
     tiles = k // bk // split  # this CTA's K tiles
@@ -104,7 +86,7 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     a_stage, b_stage = rows * bk, cols * bk
     stage_bytes = (a_stage + b_stage) * 4
     quads = tm * tn // 4  # a thread's sums by fours: row r, columns 4 apart from block b's first
-    copy = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    copy = f"cp.async.bulk.tensor.{map_rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
     add_peers = peer_sum(split)  # quad q's sums of every split CTA, into acc[4j:4j + 4]
     barriers = init_stages(stages, consumers)  # a stage is released by every warp of the slice that reads it
 
@@ -118,6 +100,18 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         """The first of a thread's four columns of block b within the block tile (the others `step` apart)."""
         warp, lane = tx % threads // WARP, tx % WARP
         return warp % p["warps_c"] * wn + b * (LANE_COLS * 4) + lane % LANE_COLS * (1 if b_kmajor else 4)
+
+    def matrix(by: Any) -> Any:
+        """The product of grid row `by` (None for mm)."""
+        return by // row_tiles if batch > 1 else None
+
+    def first_row(by: Any) -> Any:
+        """The first row of grid row `by`'s tile within its product."""
+        return by % row_tiles * rows if batch > 1 else by * rows
+
+    def c_at(by: Any, r: Any, c: Any) -> tuple[Any, ...]:
+        """C's indices of row r, column c of grid row `by`'s tile."""
+        return (first_row(by) + r, c) if batch == 1 else (matrix(by), first_row(by) + r, c)
 
     def a_frag(r: int, kq: int) -> int:
         """Where a thread keeps A's value of its row r at the kq-th of four K steps: K-major loads give a row's
@@ -138,9 +132,9 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     def load(A_s, B_s, pad, bars, a_map, b_map, stage, tile, bx, by):
         """The producer: announce a stage's bytes to its mbarrier and start the TMA copies of K tile `tile`."""
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(bars[stage]), T.uint32(stage_bytes))
-        T.ptx[copy](A_s.ptr_to([pad + stage * a_stage]), T.address_of(a_map), *box(a_kmajor, by * rows, tile * bk),
+        T.ptx[copy](A_s.ptr_to([pad + stage * a_stage]), T.address_of(a_map), *box(a_kmajor, first_row(by), tile * bk, matrix(by)),
                     T.address_of(bars[stage]))
-        T.ptx[copy](B_s.ptr_to([pad + stage * b_stage]), T.address_of(b_map), *box(b_kmajor, bx * cols, tile * bk),
+        T.ptx[copy](B_s.ptr_to([pad + stage * b_stage]), T.address_of(b_map), *box(b_kmajor, bx * cols, tile * bk, matrix(by)),
                     T.address_of(bars[stage]))
 
     @T.macro
@@ -148,30 +142,30 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
         """A thread's sums acc[i:i + 4] to its row r and block b's columns of C."""
         if b_kmajor:
             for j in T.unroll(0, 4):
-                C[by * rows + row(tx, r), bx * cols + col(tx, b) + j * step] = acc[i + j]
+                C[c_at(by, row(tx, r), bx * cols + col(tx, b) + j * step)] = acc[i + j]
         else:
             for v in T.vectorized(4):
-                C[by * rows + row(tx, r), bx * cols + col(tx, b) + v] = acc[i + v]
+                C[c_at(by, row(tx, r), bx * cols + col(tx, b) + v)] = acc[i + v]
 
     @T.prim_func
     def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
         A = T.match_buffer(A_ptr, a_shape, dtype="float32", align=16)
         B = T.match_buffer(B_ptr, b_shape, dtype="float32", align=16)
-        C = T.match_buffer(C_ptr, (n, m), dtype="float32", align=16)
+        C = T.match_buffer(C_ptr, wl.output_shape, dtype="float32", align=16)
         a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, "float32", 2, A.data, *a_map_args)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, "float32", map_rank, A.data, *a_map_args)
         b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, "float32", 2, B.data, *b_map_args)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, "float32", map_rank, B.data, *b_map_args)
         T.device_entry()
         if split > 1:  # the split CTAs of one output tile form a cluster
             # one grid dimension: TVM 0.27 launches a cluster grid flat but reads 2-D cluster ids as such
-            c = T.cluster_id([m // cols * (n // rows)])
+            c = T.cluster_id([col_tiles * row_tiles * batch])
             rank = T.cta_id_in_cluster([split])
-            bx = T.meta_var(c % (m // cols))
-            by = T.meta_var(c // (m // cols))
+            bx = T.meta_var(c % col_tiles)
+            by = T.meta_var(c // col_tiles)
             first = T.meta_var(rank * tiles)  # this CTA's first K tile
         else:
-            bx, by = T.cta_id([m // cols, n // rows])
+            bx, by = T.cta_id([col_tiles, row_tiles * batch])
             first = T.meta_var(0)
         tx = T.thread_id([workers + producer * WARP])
         pool = T.SMEMPool()

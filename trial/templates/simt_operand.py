@@ -1,0 +1,43 @@
+"""How the simt kernel (simt_kernel.py) reads its operands: the TMA tensor maps of A and B and the copies'
+coordinates, and where a swizzled K-major tile keeps each 16 bytes of its rows.
+
+A K-major B's rows are `bk` floats long; the TMA writes them with the swizzle of that length (32, 64 or 128
+bytes for bk 8, 16, 32) so that a quarter warp's 16-byte loads of eight adjacent rows fall in distinct banks.
+A batched operand (bmm) is `batch` matrices one after another: its tensor map is of rank 3, the matrix
+outermost, and each box one matrix deep, so that a box lands in shared memory as the rank-2 one does.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+SWIZZLED = 1024  # a swizzled tile starts where its pattern does: every 8 128-byte lines (CUDA's TMA)
+
+
+def swizzle(bk: int) -> int:
+    """CUtensorMapSwizzle for K-major rows of `bk` floats: 32, 64 or 128 bytes (1, 2, 3), the row's length."""
+    return {8: 1, 16: 2, 32: 3}[bk]
+
+
+def b_at(c: Any, chunk: Any, bk: int) -> Any:
+    """Where the swizzled K-major tile keeps the `chunk`-th 16 bytes of its row `c`: CUDA's swizzle XORs the
+    chunk's index within its row with the row's 128-byte line, modulo the chunks of a row."""
+    return c * bk + (chunk ^ (c * bk // 32 % (bk // 4))) * 4
+
+
+def tensor_map(k_major: bool, tile: int, extent: int, k: int, bk: int, swizzled: bool = False,
+               batch: int = 1) -> list[int]:
+    """cuTensorMapEncodeTiled's arguments after the pointer, innermost dimension first, for float32 K tiles
+    of `tile` rows (K-major: `tile` x `bk` boxes; otherwise `bk` x `tile`), swizzled where asked; with `batch`
+    > 1, of that many `extent` x `k` matrices one after another (rank 3, boxes one matrix deep)."""
+    dims, box = ((k, extent), (bk, tile)) if k_major else ((extent, k), (tile, bk))
+    strides = (dims[0] * 4,)
+    if batch > 1:
+        dims, box, strides = (*dims, batch), (*box, 1), (*strides, extent * k * 4)
+    return [*dims, *strides, *box, *[1] * len(dims), 0, swizzle(bk) if swizzled else 0, 2, 0]
+
+
+def box(k_major: bool, tile: Any, k_tile: Any, matrix: Any = None) -> tuple[Any, ...]:
+    """A TMA copy's coordinates, innermost first, of the box at row `tile` x K `k_tile` of an operand (of
+    matrix `matrix` where it is batched)."""
+    xy = (k_tile, tile) if k_major else (tile, k_tile)
+    return xy if matrix is None else (*xy, matrix)
