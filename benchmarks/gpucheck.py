@@ -3,7 +3,7 @@
     python -m benchmarks.gpucheck [--trials 64] [--port 8080] [--json FILE]      (make gpu-check)
 
 1. The hand-picked config of each of the study's eight workloads, of float32 mm with B K-major
-   (handpicked.LAYOUTS), and of tensor-core workloads in each
+   (handpicked.LAYOUTS) and a float32 1x1 convolution (handpicked.POINTWISE), and of tensor-core workloads in each
    element type the GPU has (handpicked.TENSOR_CORE), through the measure path, next to cuBLAS/cuDNN in
    the same type (FP32 with TF32 off) timed in the same run; on Hopper also the wgmma template's CTA
    clusters (handpicked.CLUSTERED).
@@ -33,7 +33,7 @@ from trial.target import TargetError
 from trial.workload import parse_name
 
 from .experiments import nnictl_experiment, write_folder
-from .handpicked import CLUSTERED, HEADER, LAYOUTS, STUDY, TENSOR_CORE, cells, markdown, measure_all
+from .handpicked import CLUSTERED, HEADER, LAYOUTS, POINTWISE, STUDY, TENSOR_CORE, cells, markdown, measure_all
 
 EXPERIMENT = "mm/N512K1024M1024"
 
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8080, help="the experiment's web UI port (default 8080)")
     p.add_argument("--target", default="auto", help="auto (the GPU) or a kind; llvm runs the check on the CPU")
     p.add_argument("--workloads", nargs="+", help="hand-picked workloads (default: the study's eight, "
-                                                  "handpicked.LAYOUTS and the tensor-core ones this GPU can run)")
+                                                  "handpicked.LAYOUTS and POINTWISE, the tensor-core ones this GPU "
+                                                  "can run)")
     p.add_argument("--experiment", default=EXPERIMENT, help=f"the experiment's workload (default {EXPERIMENT})")
     p.add_argument("--json", type=Path, help="also write both tables' data here")
     args = p.parse_args(argv)
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpucheck: no GPU here (TVM found no CUDA or ROCm device); --target llvm checks the CPU",
               file=sys.stderr)
         return 2
-    workloads = args.workloads or [*STUDY, *LAYOUTS, *(w for w in TENSOR_CORE
+    workloads = args.workloads or [*STUDY, *LAYOUTS, *POINTWISE, *(w for w in TENSOR_CORE
                                              if parse_name(w).element.min_arch <= where.cuda_arch)]
     start = time.monotonic()
     print(f"# GPU check on {where.device_name} ({where.label})\n\n## Hand-picked configs\n", flush=True)

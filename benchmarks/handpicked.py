@@ -22,6 +22,9 @@ STUDY = ["mm/N512K1024M1024", "mm/N512K1024M4096", "mm/N512K4096M1024", "bmm/B96
          "conv/N512C64HW27F192K5ST1PD2"]
 LAYOUTS = ["mm/N512K1024M1024PNT", "mm/N512K1024M1024PTT"]
 """Float32 mm with B K-major, as `nn.Linear`'s weight is (on Hopper, the simt template reads it swizzled)."""
+POINTWISE = ["conv/N32C64HW56F256K1ST1PD0"]
+"""A float32 1x1 convolution, ResNet-50's layer1 expand at batch 32 (on Hopper, the simt template's batched
+matmul: conv2d_simt.py)."""
 TENSOR_CORE = ["mm/N512K1024M1024_f16", "mm/N512K4096M1024PTN_f16", "bmm/B960N128K64M128PNT_f16",
                "mm/N512K1024M1024_bf16", "bmm/B960N128K64M128PNT_bf16",
                "mm/N512K1024M1024_i8", "mm/N512K1024M1024PNT_i8", "mm/N512K1024M1024PNT_e4m3",

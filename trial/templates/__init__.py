@@ -39,6 +39,7 @@ WGMMA = "trial.templates.wgmma"  # mm, bmm on Hopper: 16-bit types, 8-bit and TF
 SIMT = "trial.templates.simt"  # float32 mm and bmm on Hopper (its `applies`)
 CONV_NHWC = "trial.templates.conv2d_nhwc"  # conv in float16, bfloat16 and TF32, NHWC
 CONV_GEMM = "trial.templates.conv2d_gemm"  # their 1x1 stride-1 convolutions on Hopper, as wgmma matmuls
+CONV_SIMT = "trial.templates.conv2d_simt"  # float32 1x1 stride-1 convolutions on Hopper, as simt matmuls
 
 
 def candidates(wl: Workload) -> list[Any]:
@@ -48,8 +49,8 @@ def candidates(wl: Workload) -> list[Any]:
     if wl.element.input_bits:  # TF32: Hopper's wgmma kernel; elsewhere float32 on the CUDA cores (exact products)
         return [importlib.import_module(m) for m in (WGMMA, BY_OP[wl.op])]
     if not wl.element.mma_k:
-        hopper = wl.op in ("mm", "bmm") and wl.dtype == "float32"
-        return [importlib.import_module(m) for m in ((SIMT, BY_OP[wl.op]) if hopper else (BY_OP[wl.op],))]
+        hopper = {"mm": SIMT, "bmm": SIMT, "conv": CONV_SIMT}[wl.op] if wl.dtype == "float32" else None
+        return [importlib.import_module(m) for m in ((hopper, BY_OP[wl.op]) if hopper else (BY_OP[wl.op],))]
     hopper = importlib.import_module(WGMMA).takes(wl)
     return [importlib.import_module(m) for m in ((WGMMA, TENSOR_CORE) if hopper else (TENSOR_CORE,))]
 

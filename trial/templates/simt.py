@@ -1,5 +1,5 @@
-"""Float32 matmul and batched matmul on Hopper's CUDA cores, written in TVM's TIRx script layer: TMA-fed stages, warp tiles
-laid out as CUTLASS's SIMT GEMMs lay them out, and K divided among warps of a CTA or CTAs of a cluster.
+"""Float32 matmul and batched matmul on Hopper's CUDA cores, written in TVM's TIRx script layer: TMA-fed stages,
+warp tiles laid out as CUTLASS's SIMT GEMMs lay them out, and K divided among warps of a CTA or CTAs of a cluster.
 
 The portable template (matmul.py) stayed short of cuBLAS on mm/N512K4096M1024.  Nsight Compute put
 the gap in its main loop (more instructions for the same FFMAs: every thread computes its copy

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..workload import Workload
 from .k_split import partial_sums, peer_sum
-from .simt_operand import SWIZZLED, b_at, box, tensor_map
+from .simt_operand import SWIZZLED, b_at, box, gemm_of, tensor_map
 from .tma_stages import init_stages
 
 ALIGN = 128  # TMA writes a tile to a 128-byte aligned shared address
@@ -64,18 +64,19 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     """The PrimFunc of `wl` with knobs `p` (simt.py's space)."""
     from tvm.script import tirx as T
 
-    n, k, m = wl.dims["N"], wl.dims["K"], wl.dims["M"]
+    n, k, m, batch, a_kmajor, b_kmajor, a_shared, swapped = gemm_of(wl)
     tm, tn, bk, stages, split, slices = p["tm"], p["tn"], p["bk"], p["stages"], p["split"], p["slices"]
     rows, cols = block_tile(p)
     wm, wn = LANE_ROWS * tm, LANE_COLS * tn  # a warp's tile
     consumers = p["warps_r"] * p["warps_c"]  # warps of a K slice
     threads = consumers * WARP  # a K slice's threads: those of slice 0 sum the tile up and store it
     workers = threads * slices  # every consumer thread; the producer warp's lanes come after these
-    a_kmajor, b_kmajor = wl.layout[0] == "N", wl.layout[1] == "T"
-    a_shape, b_shape = wl.input_shapes
-    batch = wl.dims.get("B", 1)  # a bmm's products, one after another in A, B and C
-    map_rank, row_tiles, col_tiles = 3 if batch > 1 else 2, n // rows, m // cols  # row and column tiles of a product
-    a_map_args = tensor_map(a_kmajor, rows, n, k, bk, batch=batch)
+    shape0, shape1 = wl.input_shapes  # the inputs', A then B unless `swapped`
+    c_view = (batch, n, m) if batch > 1 else (n, m)  # C as `c_at` indexes it
+    a_batch = 1 if a_shared else batch
+    a_rank, b_rank = 3 if a_batch > 1 else 2, 3 if batch > 1 else 2
+    row_tiles, col_tiles = n // rows, m // cols  # row and column tiles of a product
+    a_map_args = tensor_map(a_kmajor, rows, n, k, bk, batch=a_batch)
     b_map_args = tensor_map(b_kmajor, cols, m, k, bk, swizzled=b_kmajor, batch=batch)
     step = 8 if b_kmajor else 1  # between a thread's columns of a block
     align = SWIZZLED if b_kmajor else ALIGN  # of the stages at run time
@@ -86,7 +87,8 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     a_stage, b_stage = rows * bk, cols * bk
     stage_bytes = (a_stage + b_stage) * 4
     quads = tm * tn // 4  # a thread's sums by fours: row r, columns 4 apart from block b's first
-    copy = f"cp.async.bulk.tensor.{map_rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    copy_a, copy_b = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                      for rank in (a_rank, b_rank))
     add_peers = peer_sum(split)  # quad q's sums of every split CTA, into acc[4j:4j + 4]
     barriers = init_stages(stages, consumers)  # a stage is released by every warp of the slice that reads it
 
@@ -132,10 +134,11 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
     def load(A_s, B_s, pad, bars, a_map, b_map, stage, tile, bx, by):
         """The producer: announce a stage's bytes to its mbarrier and start the TMA copies of K tile `tile`."""
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(bars[stage]), T.uint32(stage_bytes))
-        T.ptx[copy](A_s.ptr_to([pad + stage * a_stage]), T.address_of(a_map), *box(a_kmajor, first_row(by), tile * bk, matrix(by)),
-                    T.address_of(bars[stage]))
-        T.ptx[copy](B_s.ptr_to([pad + stage * b_stage]), T.address_of(b_map), *box(b_kmajor, bx * cols, tile * bk, matrix(by)),
-                    T.address_of(bars[stage]))
+        a_matrix = T.meta_var(None if a_shared else matrix(by))  # a shared A has one matrix
+        T.ptx[copy_a](A_s.ptr_to([pad + stage * a_stage]), T.address_of(a_map),
+                      *box(a_kmajor, first_row(by), tile * bk, a_matrix), T.address_of(bars[stage]))
+        T.ptx[copy_b](B_s.ptr_to([pad + stage * b_stage]), T.address_of(b_map),
+                      *box(b_kmajor, bx * cols, tile * bk, matrix(by)), T.address_of(bars[stage]))
 
     @T.macro
     def store(C, acc, i, r, b, bx, by, tx):
@@ -148,14 +151,17 @@ def kernel(wl: Workload, p: dict[str, Any]) -> Any:
                 C[c_at(by, row(tx, r), bx * cols + col(tx, b) + v)] = acc[i + v]
 
     @T.prim_func
-    def main(A_ptr: T.handle, B_ptr: T.handle, C_ptr: T.handle):
-        A = T.match_buffer(A_ptr, a_shape, dtype="float32", align=16)
-        B = T.match_buffer(B_ptr, b_shape, dtype="float32", align=16)
-        C = T.match_buffer(C_ptr, wl.output_shape, dtype="float32", align=16)
+    def main(input0_ptr: T.handle, input1_ptr: T.handle, C_ptr: T.handle):
+        input0 = T.match_buffer(input0_ptr, shape0, dtype="float32", align=16)
+        input1 = T.match_buffer(input1_ptr, shape1, dtype="float32", align=16)
+        C_out = T.match_buffer(C_ptr, wl.output_shape, dtype="float32", align=16)
+        C = T.decl_buffer(c_view, "float32", data=C_out.data)
         a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, "float32", map_rank, A.data, *a_map_args)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, "float32", a_rank,
+                      input1.data if swapped else input0.data, *a_map_args)
         b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, "float32", map_rank, B.data, *b_map_args)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, "float32", b_rank,
+                      input0.data if swapped else input1.data, *b_map_args)
         T.device_entry()
         if split > 1:  # the split CTAs of one output tile form a cluster
             # one grid dimension: TVM 0.27 launches a cluster grid flat but reads 2-D cluster ids as such

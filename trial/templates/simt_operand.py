@@ -5,12 +5,41 @@ A K-major B's rows are `bk` floats long; the TMA writes them with the swizzle of
 bytes for bk 8, 16, 32) so that a quarter warp's 16-byte loads of eight adjacent rows fall in distinct banks.
 A batched operand (bmm) is `batch` matrices one after another: its tensor map is of rank 3, the matrix
 outermost, and each box one matrix deep, so that a box lands in shared memory as the rank-2 one does.
+
+`Gemm` is the matmul the kernel computes over its arguments: an mm's or bmm's own, or a pointwise convolution's
+(NCHW, 1x1, stride 1, no padding): per image, out (F x H*W) = weights (F x C) . data (C x H*W), the weights one
+A shared by every image, the data a batched B whose pixels are contiguous.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from ..workload import Workload
 
 SWIZZLED = 1024  # a swizzled tile starts where its pattern does: every 8 128-byte lines (CUDA's TMA)
+
+
+class Gemm(NamedTuple):
+    """`batch` products C (n x m) = A (n x k) . B (k x m), A and B K-major or not; `a_shared`: one A for every
+    product; `swapped`: the kernel's first argument holds B and its second A."""
+
+    n: int
+    k: int
+    m: int
+    batch: int
+    a_kmajor: bool
+    b_kmajor: bool
+    a_shared: bool = False
+    swapped: bool = False
+
+
+def gemm_of(wl: Workload) -> Gemm:
+    """The matmul of `wl`: an mm or bmm as its layout stores it, a pointwise convolution as its images' products."""
+    d = wl.dims
+    if wl.op == "conv":
+        return Gemm(d["F"], d["C"], d["HW"] ** 2, d["N"], True, False, a_shared=True, swapped=True)
+    return Gemm(d["N"], d["K"], d["M"], d.get("B", 1), wl.layout[0] == "N", wl.layout[1] == "T")
 
 
 def swizzle(bk: int) -> int:
