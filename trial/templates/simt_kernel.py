@@ -31,7 +31,8 @@ writes its sums over its stages, and after a cluster barrier each sums 1/s of th
 them through distributed shared memory and stores them: no partial result leaves the cluster.
 
 A bmm's B products share one launch: grid row `by` is row tile by % (N / rows) of product by // (N / rows),
-its operands' boxes one product deep (simt_operand.py), and C indexed [product, row, column].
+its operands' boxes one product deep (simt_operand.py; an A that every product shares, a pointwise
+convolution's weights, is one matrix), and C indexed [product, row, column].
 """
 from __future__ import annotations
 
