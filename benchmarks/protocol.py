@@ -54,7 +54,7 @@ from trial.measure import Options, device
 from trial.records import Records, RecordsError
 from trial.target import KINDS, TargetError
 from trial.service.client import ROOT, ServiceError
-from trial.workload import SpecError, parse_name
+from trial.workload import SpecError, Workload, parse_name
 
 from . import driver, metaschedule, placement, protocol_jobs, protocol_publish, protocol_report, protocol_run, workloads
 from .workloads import Entry
@@ -171,17 +171,27 @@ def recorded(entry: Entry, tuner: str, args: argparse.Namespace) -> list[dict[st
     return [record for record in found if record is not None]
 
 
+def standing(wl: Workload, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Those of `records` that stand on the target each names (`protocol_jobs.current`): a run of a template the
+    suite has since replaced there is the next protocol's to run again, and no report's row mixes it in."""
+    return [r for r in records if (where := protocol_run.recorded_target(r)) is None
+            or protocol_jobs.current(r, wl, where)]
+
+
 def report(sets: dict[str, tuple[Entry, ...]], args: argparse.Namespace, argv: list[str],
            planned: int) -> tuple[str, list[str], dict[str, dict[str, list[dict[str, Any]]]], int]:
     """The report of the records under --out: its header, a table per set (each run's ratio to its
     workload's vendor figure, `protocol_report.vendor_of`), per set and workload the records the plots show,
     and how many runs of the tuners are recorded."""
-    tables, seen, plotted, found_all, runs_found = [], [], {}, [], 0
+    tables, seen, plotted, found_all, runs_found, replaced = [], [], {}, [], 0, 0
     for title, entries in sets.items():
         rows, with_vendor, plotted[title] = [], False, {}
         for entry in entries:
             wl = parse_name(entry.workload)
             runs = {tuner: recorded(entry, tuner, args) for tuner in args.tuners}
+            kept = {tuner: standing(wl, found) for tuner, found in runs.items()}
+            replaced += sum(len(runs[tuner]) - len(kept[tuner]) for tuner in runs)
+            runs = kept
             alone = protocol_run.load(protocol_run.vendor_path(args.out, wl))
             vendor = protocol_report.vendor_of(alone, [r for found in runs.values() for r in found])
             with_vendor |= vendor[0] is not None
@@ -200,7 +210,7 @@ def report(sets: dict[str, tuple[Entry, ...]], args: argparse.Namespace, argv: l
                 rows.append(protocol_report.peer_row(entry, protocol_run.PEER, found_peer))
         tables.append(protocol_report.table(title, rows, with_vendor))
     where = _device(args.target, seen) if seen or not args.report else "none recorded"
-    head = (protocol_report.recorded_header(argv, where, found_all, runs_found, planned) if args.report
+    head = (protocol_report.recorded_header(argv, where, found_all, runs_found, planned, replaced) if args.report
             else protocol_report.header(argv, where))
     return head, tables, plotted, runs_found
 

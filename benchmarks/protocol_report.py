@@ -64,9 +64,11 @@ def header(argv: list[str], device: str, found: dict[str, str] | None = None, da
             f"Date: {date or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
 
 
-def recorded_header(argv: list[str], device: str, records: list[dict[str, Any]], runs: int, planned: int) -> str:
+def recorded_header(argv: list[str], device: str, records: list[dict[str, Any]], runs: int, planned: int,
+                    replaced: int = 0) -> str:
     """The header of a report read from records (`--report`): the versions and dates the records say, and
-    how many of the planned runs of the tuners are recorded (`runs`)."""
+    how many of the planned runs of the tuners are recorded (`runs`), and how many more records are of a
+    template since replaced (`replaced`: left out of the tables, to run again)."""
     said: dict[str, set[str]] = {}
     for record in records:
         for name, value in record.get("versions", {}).items():
@@ -77,8 +79,11 @@ def recorded_header(argv: list[str], device: str, records: list[dict[str, Any]],
         found[f"not said by {unsaid} of the {len(records)} records"] = "(written before records carried them)"
     ends = sorted(record["finished"] for record in records if record.get("finished"))
     date = f"runs finished from {ends[0]} to {ends[-1]}" if ends else "no runs recorded"
+    left_out = (f" ({replaced} more, of a template the suite has since replaced for their workload, are left out "
+                "and run again)") if replaced else ""
     return (header(argv, device, found, date) +
-            f"  \nRuns: {runs} of the {planned} planned runs of the tuners are recorded; this report ran none")
+            f"  \nRuns: {runs} of the {planned} planned runs of the tuners are recorded{left_out}; this report "
+            "ran none")
 
 
 def _ci(values: list[float], digits: int) -> str:

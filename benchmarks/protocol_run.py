@@ -139,6 +139,15 @@ def picked_template(wl: Workload, target: Target) -> str:
     return _short(templates.load(wl, target=target))
 
 
+def recorded_target(record: dict[str, Any]) -> Target | None:
+    """The target a record's run measured on, as far as picking a template needs it: the kind and architecture
+    its label names ("cuda sm_90"), without the device's limits; None where the record names none."""
+    kind, _, arch = (record.get("target") or "").partition(" ")
+    if not kind:
+        return None
+    return Target(kind, {"kind": kind, "mcpu" if kind == "llvm" else "arch": arch}, record.get("device", ""), 1, None)
+
+
 def space_of(wl: Workload, template: str) -> str:
     """A fingerprint of the knobs and values `template` ("simt") searches on `wl`: a record keeps its own, so that
     a record of a space since changed (a knob or a value added for its shape) runs again."""

@@ -66,3 +66,24 @@ def test_a_record_of_a_space_since_changed_runs_again(tmp_path, capsys, monkeypa
     calls, err, saved = rerun(tmp_path, capsys, monkeypatch, edit)
     assert calls == [1] and "1 runs measured" in err
     assert json.loads(saved[1].read_text())["space"] == protocol_run.space_of(parse_name(WORKLOAD), "matmul")
+
+
+def test_a_report_leaves_out_the_records_that_run_again(tmp_path, capsys):
+    """On the target each record names, a run of a template the suite has since replaced for its workload (the
+    portable one where Hopper now takes float32 mm on `simt`) is left out of the report's row and counted apart;
+    a run of the template picked there stands, as does one on the CPU and one that names no target."""
+    out, name = tmp_path / "records", "mm/N64K64M64"
+    kept = [("simt", "cuda sm_90"), ("matmul", "llvm"), ("matmul", None)]
+    for seed, (template, target) in enumerate([*kept, ("matmul", "cuda sm_90")]):
+        record = {"workload": name, "tuner": "random", "seed": seed, "best_gflops": 10.0 + seed, "template": template,
+                  "device": "NVIDIA H200", "finished": f"2026-11-30T12:0{seed}:00Z",
+                  "to_fraction": {"fraction": 0.95, "trials": 5, "seconds": 1.5},
+                  **({"target": target} if target else {})}
+        protocol_run.save(protocol_run.path(out, parse_name(name), "random", seed, 8, 16), record)
+    assert protocol.main(["--workloads", name, "--tuners", "random", "--seeds", "4", "--trials", "8", "--target",
+                          "llvm", "--out", str(out), "--no-peer", "--report"]) == 0
+    text = capsys.readouterr().out
+    assert ("Runs: 3 of the 4 planned runs of the tuners are recorded (1 more, of a template the suite has since "
+            "replaced for their workload, are left out and run again)") in text
+    row = next(line for line in text.splitlines() if line.startswith(f"| {name} |") and "| random |" in line)
+    assert "| random | 3 | 11.0 [10.0, 12.0] |" in row and "| matmul x2, simt x1 |" in row
