@@ -188,10 +188,9 @@ def report(sets: dict[str, tuple[Entry, ...]], args: argparse.Namespace, argv: l
         rows, with_vendor, plotted[title] = [], False, {}
         for entry in entries:
             wl = parse_name(entry.workload)
-            runs = {tuner: recorded(entry, tuner, args) for tuner in args.tuners}
-            kept = {tuner: standing(wl, found) for tuner, found in runs.items()}
-            replaced += sum(len(runs[tuner]) - len(kept[tuner]) for tuner in runs)
-            runs = kept
+            every = {tuner: recorded(entry, tuner, args) for tuner in args.tuners}
+            runs = {tuner: standing(wl, found) for tuner, found in every.items()}
+            replaced += sum(map(len, every.values())) - sum(map(len, runs.values()))
             alone = protocol_run.load(protocol_run.vendor_path(args.out, wl))
             vendor = protocol_report.vendor_of(alone, [r for found in runs.values() for r in found])
             with_vendor |= vendor[0] is not None
