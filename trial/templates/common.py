@@ -9,6 +9,8 @@ if TYPE_CHECKING:
 
     from ..target import Target
 
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, which a grid without clusters gives its row tiles
+
 
 def factor_knob(length: int, parts: int) -> dict[str, Any]:
     return {"_type": "factor", "_value": [length, parts]}

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 from ..constraints import Rule
 from ..workload import Workload
 from . import wgmma
+from .common import MAX_GRID_Y
 from .conv2d_nhwc import prim_func  # the same computation, for MetaSchedule
-from .wgmma import MAX_GRID_Y, compile_kernel
+from .wgmma import compile_kernel
 from .wgmma_kernel import kernel
 from .wgmma_operand import k_tile
 from .wgmma_rows import PixelRows

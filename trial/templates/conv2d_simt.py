@@ -15,22 +15,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..constraints import Rule
-from ..workload import Workload, parse_name
+from ..workload import Workload
 from . import simt
 from .conv2d import prim_func  # the same computation, for MetaSchedule
 from .simt import compile_kernel, schedule  # the simt kernel reads a pointwise convolution's tensors itself
+from .simt_operand import matmul_of
 
 if TYPE_CHECKING:
     from ..target import Target
 
 __all__ = ["applies", "search_space", "default_params", "prim_func", "schedule", "resources", "rules",
            "compile_kernel", "matmul_of"]
-
-
-def matmul_of(wl: Workload) -> Workload:
-    """The batched matmul that pointwise convolution `wl` is: an image a product, F x C weights by C x H*W pixels."""
-    d = wl.dims
-    return parse_name(f"bmm/B{d['N']}N{d['F']}K{d['C']}M{d['HW'] ** 2}PNN")
 
 
 def pointwise(wl: Workload) -> bool:

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..constraints import Rule
 from ..workload import Workload
+from .common import MAX_GRID_Y
 from .k_split import slice_rules
 from .matmul import prim_func  # the same computation, for MetaSchedule
 from .simt_kernel import WARP, block_tile, kernel, shared_bytes
-from .wgmma import MAX_GRID_Y
 
 if TYPE_CHECKING:
     import tvm

@@ -12,10 +12,9 @@ A shared by every image, the data a batched B whose pixels are contiguous.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:
-    from ..workload import Workload
+from ..workload import Workload, parse_name
 
 SWIZZLED = 1024  # a swizzled tile starts where its pattern does: every 8 128-byte lines (CUDA's TMA)
 
@@ -34,11 +33,18 @@ class Gemm(NamedTuple):
     swapped: bool = False
 
 
-def gemm_of(wl: Workload) -> Gemm:
-    """The matmul of `wl`: an mm or bmm as its layout stores it, a pointwise convolution as its images' products."""
+def matmul_of(wl: Workload) -> Workload:
+    """The batched matmul that pointwise convolution `wl` is: an image a product, F x C weights by C x H*W pixels."""
     d = wl.dims
+    return parse_name(f"bmm/B{d['N']}N{d['F']}K{d['C']}M{d['HW'] ** 2}PNN")
+
+
+def gemm_of(wl: Workload) -> Gemm:
+    """The matmul of `wl`: an mm or bmm as its layout stores it, a pointwise convolution as its images' products
+    (`matmul_of`) with one A, the weights, for every image."""
     if wl.op == "conv":
-        return Gemm(d["F"], d["C"], d["HW"] ** 2, d["N"], True, False, a_shared=True, swapped=True)
+        return gemm_of(matmul_of(wl))._replace(a_shared=True, swapped=True)
+    d = wl.dims
     return Gemm(d["N"], d["K"], d["M"], d.get("B", 1), wl.layout[0] == "N", wl.layout[1] == "T")
 
 

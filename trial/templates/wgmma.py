@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..constraints import Rule, not_dividing
 from ..workload import Workload
+from .common import MAX_GRID_Y
 from .k_split import slice_rules
 from .tensorcore import prim_func  # the same computation, for MetaSchedule
 from .wgmma_kernel import WARPGROUP, kernel
@@ -74,7 +75,6 @@ __all__ = ["applies", "search_space", "upgrade", "default_params", "prim_func", 
 
 
 INT_MAX_COLS = 224  # the widest int8 wgmma (m64n224k32)
-MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, which a grid without clusters gives its row tiles
 
 
 def rows_of_tiles(wl: Workload, rows: int) -> int:
