@@ -116,8 +116,23 @@ def vendor_of(alone: dict[str, Any] | None, runs: list[dict[str, Any]]) -> Vendo
 
 
 def with_ratio(record: dict[str, Any], vendor: Vendor) -> dict[str, Any]:
-    """`record` with the workload's vendor figure and its ratio to it (None where there is none)."""
-    return {**record, "vendor_gflops": vendor[0], "ratio": record["best_gflops"] / vendor[0] if vendor[0] else None}
+    """`record` with the workload's vendor figure and its ratio to it (None where there is none, or where the
+    run found no kernel: `failure`)."""
+    found = vendor[0] and failure(record) is None
+    return {**record, "vendor_gflops": vendor[0], "ratio": record["best_gflops"] / vendor[0] if found else None}
+
+
+def failure(record: dict[str, Any]) -> str | None:
+    """Why a run found no kernel (None where it found one): a search that gave up (MetaSchedule's "found no
+    valid schedule") or failed, or whose best schedules did not build.  Such a run is a failure with its
+    reason, not a figure of 0 GFLOPS."""
+    if record.get("best_gflops", 0.0) > 0:
+        return None
+    reason = next((r["reason"] for r in record.get("retimed", []) if r.get("reason")), "")
+    if reason:
+        return reason
+    statuses = Counter(step[2] for step in record.get("curve", []))
+    return "no candidate ran" + "".join(f"; {n} {status}" for status, n in statuses.most_common())
 
 
 def _vendor_cell(vendor: Vendor) -> str:
@@ -136,11 +151,20 @@ def row(entry: Entry, tuner: str, records: list[dict[str, Any]], vendor: Vendor 
     """A table row for `tuner` on `entry` from its runs' records (none yet: dashes), their ratios to `vendor`."""
     if not records:
         return [entry.workload, entry.model, tuner, "0", "-", "-", "-", "-", "-", _vendor_cell(vendor)]
-    ratios = [r["ratio"] for r in records if r.get("ratio") is not None]
-    return [entry.workload, entry.model, tuner, str(len(records)), _ci([r["best_gflops"] for r in records], 1),
-            _ci(ratios, 2) if len(ratios) == len(records) else "-",
-            _median([r["to_fraction"]["trials"] for r in records], "g"),
-            _median([r["to_fraction"]["seconds"] for r in records], ".1f"), _templates(records), _vendor_cell(vendor)]
+    failed = Counter(why for why in map(failure, records) if why is not None)
+    found = [r for r in records if failure(r) is None]
+    if not found:
+        why, _ = failed.most_common(1)[0]
+        return [entry.workload, entry.model, tuner, str(len(records)), f"no kernel in any run: {why[:160]}", "-",
+                "-", "-", "-", _vendor_cell(vendor)]
+    ratios = [r["ratio"] for r in found if r.get("ratio") is not None]
+    best = _ci([r["best_gflops"] for r in found], 1)
+    if failed:
+        best += f" ({sum(failed.values())} of {len(records)} runs found no kernel: {failed.most_common(1)[0][0][:120]})"
+    return [entry.workload, entry.model, tuner, str(len(records)), best,
+            _ci(ratios, 2) if len(ratios) == len(found) else "-",
+            _median([r["to_fraction"]["trials"] for r in found], "g"),
+            _median([r["to_fraction"]["seconds"] for r in found], ".1f"), _templates(found), _vendor_cell(vendor)]
 
 
 def peer_row(entry: Entry, name: str, record: dict[str, Any] | None) -> list[str]:
@@ -170,8 +194,9 @@ def table(title: str, rows: list[list[str]], with_vendor: bool) -> str:
                  "a run first reached 95 % of its own best; for torch.compile (one run, its mode "
                  "max-autotune-no-cudagraphs, timed from a CUDA graph as every row is), the seconds its "
                  "compilation and autotuning took.  Template: the suite's kernel family of the runs' best configs "
-                 "(trial/templates/).  Vendor: the library timed alone once per workload after its "
-                 "runs, every run's ratio divided by it (the peer's by the library timed right after it).")
+                 "(trial/templates/).  A run that found no kernel is no figure: the medians leave it out and its "
+                 "cell says why.  Vendor: the library timed alone once per workload after its runs, every run's "
+                 "ratio divided by it (the peer's by the library timed right after it).")
     if not with_vendor:
         lines.append("Vendor ratios are absent: no vendor figure is recorded for these workloads yet (cuBLAS and "
                      "cuDNN are timed through PyTorch, on CUDA devices only, once a workload's runs are done).")

@@ -77,6 +77,24 @@ def test_a_vendor_timed_alone_is_every_runs_denominator():
         "32.0 (its output differs from the float64 reference)")
 
 
+def test_a_run_without_a_kernel_is_a_failure_with_its_reason_not_a_figure():
+    """MetaSchedule gives up on some workloads (no valid schedule) and its tensor-core rules fail on others: those
+    runs are named with TVM's reason and left out of the medians, not counted as 0 GFLOPS."""
+    entry, vendor = workloads.Entry(WORKLOAD, "m"), (32.0, "alone")
+    gave_up = {"best_gflops": 0.0, "retimed": [{"status": "invalid", "reason": "MetaSchedule found no valid schedule",
+                                                "gflops": 0.0}], "curve": []}
+    none_ran = {"best_gflops": 0.0, "retimed": [], "curve": [[1, 0.5, "compile_error", 0.0]] * 3}
+    ran = [{"best_gflops": g, "to_fraction": {"trials": 4, "seconds": 2.0}} for g in (40.0, 48.0)]
+    assert protocol_report.failure(none_ran) == "no candidate ran; 3 compile_error"
+    assert protocol_report.with_ratio(gave_up, vendor)["ratio"] is None
+    runs = [protocol_report.with_ratio(r, vendor) for r in (*ran, gave_up)]
+    cells = protocol_report.row(entry, "metaschedule", runs, vendor)
+    assert cells[3:8] == ["3", "44.0 [40.0, 48.0] (1 of 3 runs found no kernel: MetaSchedule found no valid "
+                          "schedule)", "1.38 [1.25, 1.50]", "4", "2.0"]
+    cells = protocol_report.row(entry, "metaschedule", [gave_up, none_ran], vendor)
+    assert cells[3:6] == ["2", "no kernel in any run: MetaSchedule found no valid schedule", "-"]
+
+
 @pytest.mark.parametrize("saved, why", [([], "no run records of 8 trials under"),
                                         ([4, 16], "several run records of 8 trials under")])
 def test_report_without_one_set_of_records_is_a_clear_error(saved, why, tmp_path, capsys, monkeypatch):

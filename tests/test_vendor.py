@@ -65,6 +65,19 @@ def test_tf32_is_timed_with_tf32_on_and_float32_with_it_off(monkeypatch):
     assert library.library_call(parse_name("mm/N64K64M64PNT_tf32"), torch, "cpu")[0] == "cuBLAS TF32 (allow_tf32 on)"
 
 
+def test_cudnn_times_every_engine_configuration_and_the_process_gets_its_settings_back(monkeypatch):
+    """cuDNN's benchmark mode times every engine configuration (benchmark_limit 0, its fastest documented path),
+    not PyTorch's default first 10, and only while the vendor is timed."""
+    import torch
+
+    cudnn, seen = torch.backends.cudnn, []
+    monkeypatch.setattr(cudnn, "benchmark_limit", 10)
+    monkeypatch.setattr(library, "_timed", lambda *a: seen.append((cudnn.benchmark, cudnn.benchmark_limit)))
+    library.time_vendor(parse_name("conv/N2C4HW9F6K3ST2PD1"))
+    library.time_vendor(parse_name("conv/N2C4HW9F6K3ST2PD1"), cudnn_benchmark=False)
+    assert seen == [(True, 0), (False, 0)] and cudnn.benchmark_limit == 10
+
+
 def test_float8_operands_are_the_suites_values():
     """float8 e4m3 (timed with torch._scaled_mm on a GPU): the operands hold the suite's values exactly."""
     import torch

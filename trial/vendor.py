@@ -25,6 +25,10 @@ GRAPH_CALLS = 100
 """Calls captured in one graph; a timed repeat replays it until it lasts `min_repeat_ms` (as the suite's
 kernels are timed: trial/graphs.py, which captures through the CUDA driver rather than PyTorch)."""
 
+BENCHMARK_LIMIT = 0
+"""`torch.backends.cudnn.benchmark_limit` while cuDNN is timed: 0 times every engine configuration, cuDNN's
+fastest documented path, where PyTorch's default of 10 can miss it (docs/benchmarks.md)."""
+
 
 def baseline(wl: Workload, target: Any, repeat: int = Options.repeat, min_repeat_ms: float = Options.min_repeat_ms,
              cudnn_benchmark: bool = True, compile_mode: str | None = None) -> dict[str, Any] | None:
@@ -53,7 +57,9 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
     too); None where the library has no kernel for it (`library_call`).
 
     cuDNN picks its algorithm by timing them all (`cudnn_benchmark`, as a user tuning for speed would) or,
-    with False, by its heuristics (PyTorch's default).
+    with False, by its heuristics (PyTorch's default).  All: through the cuDNN v8 API PyTorch's benchmark mode
+    times only the first `cudnn.benchmark_limit` engine configurations cuDNN's heuristics rank (10 by
+    default), and `BENCHMARK_LIMIT` lifts that limit.
 
     With `compile_mode` the same call goes through `torch.compile` in that mode first, as a PyTorch user
     gets it ("compile_s": its compilation and autotuning, under the lock, before the timing): in
@@ -70,13 +76,14 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
     """
     import torch
 
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(wl.element.input_bits)
-    torch.backends.cudnn.benchmark = cudnn_benchmark
+    cuda, cudnn = torch.backends.cuda, torch.backends.cudnn
+    saved = cuda.matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark, cudnn.benchmark_limit
+    cuda.matmul.allow_tf32 = cudnn.allow_tf32 = bool(wl.element.input_bits)
+    cudnn.benchmark, cudnn.benchmark_limit = cudnn_benchmark, BENCHMARK_LIMIT
     try:  # the process's settings are given back: make tune's summary times the vendor in its own process
         return _timed(wl, torch, repeat, min_repeat_ms, cudnn_benchmark, compile_mode)
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
+        cuda.matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark, cudnn.benchmark_limit = saved
 
 
 def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_benchmark: bool,
