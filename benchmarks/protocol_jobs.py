@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import logging
 import queue
+import statistics
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -54,9 +56,35 @@ def current(record: dict[str, Any] | None, wl: Workload, target: Target) -> bool
     return "space" not in record or record["space"] == protocol_run.space_of(wl, found)
 
 
-def past_deadline(args: argparse.Namespace) -> bool:
-    """Whether --for's seconds are over, so that no further run starts (the runs under way finish)."""
-    return args.deadline is not None and time.monotonic() >= args.deadline
+def past_deadline(args: argparse.Namespace, seconds: float = 0.0) -> bool:
+    """Whether what takes `seconds` would not end within --for's seconds, so that it does not start (the runs
+    under way finish)."""
+    return args.deadline is not None and time.monotonic() + seconds >= args.deadline
+
+
+class Durations:
+    """The seconds the recorded runs took, per workload and tuner (`run_s`, from a run's start to its record;
+    `wall_s`, its tuning alone, for records written before they kept it): what --for judges by whether a run
+    would end in time."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[tuple[str, str], list[float]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, job: Job, record: dict[str, Any] | None) -> None:
+        seconds = (record or {}).get("run_s") or (record or {}).get("wall_s")
+        if seconds:
+            with self._lock:
+                self._seconds.setdefault((job[0].workload, job[1]), []).append(float(seconds))
+
+    def expected(self, job: Job) -> float:
+        """The median seconds of `job`'s tuner's recorded runs on its workload, else on every workload; 0 where
+        it has none (the run starts while --for's time lasts)."""
+        entry, tuner, _ = job
+        with self._lock:
+            found = self._seconds.get((entry.workload, tuner)) or [
+                seconds for (_, by), runs in self._seconds.items() if by == tuner for seconds in runs]
+        return statistics.median(found) if found else 0.0
 
 
 def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, records: Records,
@@ -64,20 +92,23 @@ def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, rec
                 left: list[Job] | None = None) -> int:
     """Run and save every job without a record, `parallel` at a time (each in a share of the host of its
     own, where `shares` are given); returns how many ran.  A run that raises is logged and named in
-    `failed`, and left out (it runs again next time); one not started by --for's end goes into `left`."""
+    `failed`, and left out (it runs again next time); one that would not end by --for's end, as long as the
+    recorded runs of its tuner took (`Durations`), does not start and goes into `left`."""
     free: queue.SimpleQueue[placement.Share | None] = queue.SimpleQueue()
     for share in shares or [None] * parallel:
         free.put(share)
+    durations = Durations()
 
     def one(job: Job) -> int:
         entry, tuner, seed = job
         wl = parse_name(entry.workload)
         share = free.get()
-        if past_deadline(args):  # left for the next invocation
+        if past_deadline(args, durations.expected(job)):  # left for the next invocation
             free.put(share)
             if left is not None:
                 left.append(job)
             return 0
+        started = time.monotonic()
         try:
             record = protocol_run.one(wl, entry.model, tuner, seed, args.trials, args.workers, options, records,
                                       not args.no_progress and parallel == 1, share=share)
@@ -87,12 +118,18 @@ def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, rec
             return 0
         finally:
             free.put(share)
-        protocol_run.save(path(job, args), {**record, "parallel": parallel})
+        record = {**record, "parallel": parallel, "run_s": round(time.monotonic() - started, 1)}
+        protocol_run.save(path(job, args), record)
+        durations.add(job, record)
         return 1
 
-    where = device(args.target)
-    missing = [job for job in jobs if not current(protocol_run.load(path(job, args)), parse_name(job[0].workload),
-                                                  where)]
+    where, missing = device(args.target), []
+    for job in jobs:
+        record = protocol_run.load(path(job, args))
+        if current(record, parse_name(job[0].workload), where):
+            durations.add(job, record)
+        else:
+            missing.append(job)
     with ThreadPoolExecutor(parallel, thread_name_prefix="run") as pool:
         return sum(pool.map(one, missing))
 

@@ -165,18 +165,38 @@ def test_for_seconds_starts_no_run_after_them_and_the_next_invocation_runs_the_r
 
     def one(wl, model, tuner, seed, *args, **kwargs):
         started.append((tuner, seed))
-        time.sleep(0.7)
+        time.sleep(2.0)
         return {"workload": WORKLOAD, "tuner": tuner, "seed": seed, "best_gflops": 1.0, "device": "CPU",
                 "to_fraction": {"fraction": 0.95, "trials": 1, "seconds": 0.1}, "finished": "2026-11-28T00:00:00Z"}
 
     vendor = protocol_run.vendor_path(out, parse_name(WORKLOAD))
     monkeypatch.setattr(protocol_run, "one", one)
     monkeypatch.setattr(protocol_run, "baseline", lambda *args, **kwargs: {"library": "BLAS", "gflops": 2.0})
-    assert protocol.main(argv(out, "--workers", "1", "--for", "1")) == 0
-    first = len(started)
+    assert protocol.main(argv(out, "--workers", "1", "--for", "6")) == 0
+    first = len(started)  # a tuner's second run starts only if it would end in time, judged by its first's 2 s
     assert 1 <= first < 4 and len(list(out.rglob("*-t8-w1-s*.json"))) == first  # those under way finished
     assert f"{4 - first} runs of the tuners not recorded yet" in capsys.readouterr().err
     assert not vendor.exists()  # timed once no run of the workload waits
     assert protocol.main(argv(out, "--workers", "1")) == 0
     assert len(started) == 4 and len(set(started)) == 4  # the rest, none again
     assert "not recorded yet" not in capsys.readouterr().err and vendor.exists()
+
+
+def test_for_seconds_starts_no_run_its_tuners_recorded_runs_say_would_not_end_in_time(tmp_path, capsys, monkeypatch):
+    """OpEvo's recorded run took 100 s, so with 50 s left its second seed waits; NNI Random has no record, so it
+    starts, and its first run's seconds then judge its second."""
+    out, started = tmp_path / "out", []
+    save_run(out, "opevo", 0, 40.0, workers=1, run_s=100.0)
+
+    def one(wl, model, tuner, seed, *args, **kwargs):
+        started.append((tuner, seed))
+        return {"workload": WORKLOAD, "tuner": tuner, "seed": seed, "best_gflops": 1.0, "device": "CPU",
+                "to_fraction": {"fraction": 0.95, "trials": 1, "seconds": 0.1}, "finished": "2026-11-28T00:00:00Z"}
+
+    monkeypatch.setattr(protocol_run, "one", one)
+    monkeypatch.setattr(protocol_run, "baseline", lambda *args, **kwargs: {"library": "BLAS", "gflops": 2.0})
+    assert protocol.main(argv(out, "--workers", "1", "--for", "50")) == 0
+    assert started == [("random", 0), ("random", 1)]
+    assert "1 runs of the tuners not recorded yet" in capsys.readouterr().err
+    assert protocol_run.load(protocol_jobs.path((workloads.Entry(WORKLOAD, "m"), "random", 1),
+                                                protocol.parser().parse_args(argv(out, "--workers", "1"))))["run_s"] < 50
