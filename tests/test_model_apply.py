@@ -195,3 +195,11 @@ def test_difference_bounds_every_output_and_fails_on_nan_or_shape():
     assert difference((torch.ones(3), {"b": torch.tensor([4.0, 4.2])}), want) == pytest.approx(0.05, rel=1e-5)
     assert not difference((torch.tensor([1.0, float("nan"), 1.0]), want[1]), want) <= 1.0
     assert difference((torch.ones(4), want[1]), want) == float("inf")
+
+
+def test_the_report_has_cudnn_time_every_engine_configuration_and_gives_the_settings_back():
+    cudnn = torch.backends.cudnn
+    before = cudnn.benchmark, cudnn.benchmark_limit
+    with timing.cudnn_benchmark():
+        assert cudnn.benchmark and cudnn.benchmark_limit == 0
+    assert (cudnn.benchmark, cudnn.benchmark_limit) == before
