@@ -57,9 +57,9 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
     too); None where the library has no kernel for it (`library_call`).
 
     cuDNN picks its algorithm by timing them all (`cudnn_benchmark`, as a user tuning for speed would) or,
-    with False, by its heuristics (PyTorch's default).  All: through the cuDNN v8 API PyTorch's benchmark mode
-    times only the first `cudnn.benchmark_limit` engine configurations cuDNN's heuristics rank (10 by
-    default), and `BENCHMARK_LIMIT` lifts that limit.
+    with False, by its heuristics (PyTorch's default).  Through the cuDNN v8 API, PyTorch's benchmark mode
+    times only the first `cudnn.benchmark_limit` engine configurations that cuDNN's heuristics rank (10 by
+    default); `BENCHMARK_LIMIT` lifts that limit.
 
     With `compile_mode` the same call goes through `torch.compile` in that mode first, as a PyTorch user
     gets it ("compile_s": its compilation and autotuning, under the lock, before the timing): in
