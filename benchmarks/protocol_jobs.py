@@ -72,7 +72,7 @@ class Durations:
         self._lock = threading.Lock()
 
     def add(self, job: Job, record: dict[str, Any] | None) -> None:
-        seconds = (record or {}).get("run_s") or (record or {}).get("wall_s")
+        seconds = record and (record.get("run_s") or record.get("wall_s"))
         if seconds:
             with self._lock:
                 self._seconds.setdefault((job[0].workload, job[1]), []).append(float(seconds))

@@ -151,8 +151,9 @@ def row(entry: Entry, tuner: str, records: list[dict[str, Any]], vendor: Vendor 
     """A table row for `tuner` on `entry` from its runs' records (none yet: dashes), their ratios to `vendor`."""
     if not records:
         return [entry.workload, entry.model, tuner, "0", "-", "-", "-", "-", "-", _vendor_cell(vendor)]
-    failed = Counter(why for why in map(failure, records) if why is not None)
-    found = [r for r in records if failure(r) is None]
+    whys = [failure(r) for r in records]
+    failed = Counter(why for why in whys if why is not None)
+    found = [r for r, why in zip(records, whys) if why is None]
     if not found:
         why, _ = failed.most_common(1)[0]
         return [entry.workload, entry.model, tuner, str(len(records)), f"no kernel in any run: {why[:160]}", "-",

@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from . import devicelock, winograd
@@ -28,6 +29,20 @@ kernels are timed: trial/graphs.py, which captures through the CUDA driver rathe
 BENCHMARK_LIMIT = 0
 """`torch.backends.cudnn.benchmark_limit` while cuDNN is timed: 0 times every engine configuration, cuDNN's
 fastest documented path, where PyTorch's default of 10 can miss it (docs/benchmarks.md)."""
+
+
+@contextmanager
+def cudnn_search(torch: Any, benchmark: bool = True) -> Iterator[None]:
+    """cuDNN picks each convolution's algorithm, for the block, by timing every engine configuration
+    (`cudnn.benchmark` with `BENCHMARK_LIMIT`) or, with `benchmark` False, by its heuristics; the process's
+    settings are given back."""
+    cudnn = torch.backends.cudnn
+    saved = cudnn.benchmark, cudnn.benchmark_limit
+    cudnn.benchmark, cudnn.benchmark_limit = benchmark, BENCHMARK_LIMIT
+    try:
+        yield
+    finally:
+        cudnn.benchmark, cudnn.benchmark_limit = saved
 
 
 def baseline(wl: Workload, target: Any, repeat: int = Options.repeat, min_repeat_ms: float = Options.min_repeat_ms,
@@ -57,9 +72,7 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
     too); None where the library has no kernel for it (`library_call`).
 
     cuDNN picks its algorithm by timing them all (`cudnn_benchmark`, as a user tuning for speed would) or,
-    with False, by its heuristics (PyTorch's default).  Through the cuDNN v8 API, PyTorch's benchmark mode
-    times only the first `cudnn.benchmark_limit` engine configurations that cuDNN's heuristics rank (10 by
-    default); `BENCHMARK_LIMIT` lifts that limit.
+    with False, by its heuristics (PyTorch's default): `cudnn_search`.
 
     With `compile_mode` the same call goes through `torch.compile` in that mode first, as a PyTorch user
     gets it ("compile_s": its compilation and autotuning, under the lock, before the timing): in
@@ -77,13 +90,13 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
     import torch
 
     cuda, cudnn = torch.backends.cuda, torch.backends.cudnn
-    saved = cuda.matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark, cudnn.benchmark_limit
+    saved = cuda.matmul.allow_tf32, cudnn.allow_tf32
     cuda.matmul.allow_tf32 = cudnn.allow_tf32 = bool(wl.element.input_bits)
-    cudnn.benchmark, cudnn.benchmark_limit = cudnn_benchmark, BENCHMARK_LIMIT
     try:  # the process's settings are given back: make tune's summary times the vendor in its own process
-        return _timed(wl, torch, repeat, min_repeat_ms, cudnn_benchmark, compile_mode)
+        with cudnn_search(torch, cudnn_benchmark):
+            return _timed(wl, torch, repeat, min_repeat_ms, cudnn_benchmark, compile_mode)
     finally:
-        cuda.matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark, cudnn.benchmark_limit = saved
+        cuda.matmul.allow_tf32, cudnn.allow_tf32 = saved
 
 
 def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_benchmark: bool,

@@ -10,14 +10,14 @@ both from CUDA graphs or both call by call, never one of each (`pair_ms`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.utils.benchmark as benchmark
 
-from trial.vendor import BENCHMARK_LIMIT
+from trial.vendor import cudnn_search
 
 MIN_RUN_S = 0.2
 
@@ -35,18 +35,11 @@ def tf32(allowed: bool) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-@contextmanager
-def cudnn_benchmark() -> Iterator[None]:
-    """cuDNN picks each convolution's algorithm by timing them all (`cudnn.benchmark`, with `benchmark_limit`
-    lifted as `trial.vendor` lifts it), for the block: the vendor's fastest path, which the report times every
-    model with (PyTorch's default picks by heuristics)."""
-    cudnn = torch.backends.cudnn
-    saved = cudnn.benchmark, cudnn.benchmark_limit
-    cudnn.benchmark, cudnn.benchmark_limit = True, BENCHMARK_LIMIT
-    try:
-        yield
-    finally:
-        cudnn.benchmark, cudnn.benchmark_limit = saved
+def cudnn_benchmark() -> AbstractContextManager[None]:
+    """cuDNN picks each convolution's algorithm by timing every engine configuration, for the block, as the
+    vendor baselines have it (`trial.vendor.cudnn_search`): the vendor's fastest path, which the report times
+    every model with (PyTorch's default picks by heuristics)."""
+    return cudnn_search(torch)
 
 
 def median_ms(fn: Callable[[], Any], min_run_time: float = MIN_RUN_S) -> float:
