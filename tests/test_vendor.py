@@ -1,6 +1,9 @@
 """The vendor baselines (trial.vendor, benchmarks.vendor) where there is no GPU: no figure, and the command says why;
 the GPU check's verdict and rows."""
+import contextlib
 import sys
+import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -76,6 +79,36 @@ def test_cudnn_times_every_engine_configuration_and_the_process_gets_its_setting
     library.time_vendor(parse_name("conv/N2C4HW9F6K3ST2PD1"))
     library.time_vendor(parse_name("conv/N2C4HW9F6K3ST2PD1"), cudnn_benchmark=False)
     assert seen == [(True, 0), (False, 0)] and cudnn.benchmark_limit == 10
+
+
+def test_a_convolutions_figure_is_cudnns_fastest_pick_of_searches_each_in_a_thread_of_its_own():
+    """PyTorch keeps cuDNN's pick per thread: each search runs where nothing was picked yet (a thread-local is
+    unset), on the caller's device; the figure is the fastest search's, and every search's latency is kept."""
+    local, seen, devices = threading.local(), [], []
+    latencies = iter([0.0500, 0.0441, 0.0525])
+
+    def timed():
+        seen.append(getattr(local, "picked", False))
+        local.picked = True
+        return {"library": "cuDNN", "latency_ms": next(latencies)}
+
+    cuda = SimpleNamespace(current_device=lambda: 1, device=lambda d: devices.append(d) or contextlib.nullcontext())
+    got = library.fastest_search(SimpleNamespace(cuda=cuda), timed, searches=3)
+    assert seen == [False, False, False] and devices == [1, 1, 1]
+    assert got == {"library": "cuDNN", "latency_ms": 0.0441, "searches": [0.0500, 0.0441, 0.0525]}
+
+
+def test_only_a_convolution_that_cudnn_searches_for_is_timed_again(monkeypatch):
+    """A matmul, and a convolution with cuDNN's heuristics, are timed once; a searched convolution by
+    `fastest_search`."""
+    searched = []
+    monkeypatch.setattr(library, "library_call", lambda wl, torch: ("library", lambda: None))
+    monkeypatch.setattr(library, "time_call", lambda *a: {"latency_ms": 1.0})
+    monkeypatch.setattr(library, "fastest_search", lambda torch, timed: searched.append(timed()) or {"searched": 1})
+    conv = parse_name("conv/N2C4HW9F6K3ST2PD1")
+    assert library.time_vendor(conv) == {"searched": 1} and searched == [{"latency_ms": 1.0}]
+    assert library.time_vendor(conv, cudnn_benchmark=False) == {"latency_ms": 1.0}
+    assert library.time_vendor(parse_name("mm/N64K64M64")) == {"latency_ms": 1.0} and len(searched) == 1
 
 
 def test_float8_operands_are_the_suites_values():
