@@ -33,9 +33,9 @@ fastest documented path, where PyTorch's default of 10 can miss it (docs/benchma
 
 CUDNN_SEARCHES = 5
 """cuDNN algorithm searches a convolution's figure is the fastest of: PyTorch's search times each engine
-configuration by one run (cudnn_frontend's CUDNN_FIND_SAMPLE_ONCE), so where a call lasts tens of µs one
-search's pick varies from process to process (docs/benchmarks.md).  PyTorch keeps its picks per thread, so
-each search runs in a thread of its own (`fastest_search`)."""
+configuration by one run (cudnn_frontend's CUDNN_FIND_SAMPLE_ONCE), so where a call lasts tens of µs its
+pick varies from one search to the next (docs/benchmarks.md).  PyTorch keeps its picks per thread, so each
+search runs in a thread of its own (`fastest_search`)."""
 
 
 @contextmanager
