@@ -135,25 +135,30 @@ def run_missing(jobs: list[Job], args: argparse.Namespace, options: Options, rec
 
 
 Timed = Callable[[Workload, str, Any, Options], "dict[str, Any] | None"]
-ALONE: dict[str, tuple[Timed, Callable[[Path, Workload], Path]]] = {
-    "vendor": (protocol_run.vendor, protocol_run.vendor_path),
-    protocol_run.PEER: (protocol_run.peer, protocol_run.peer_path),
+Stands = Callable[[Workload, "dict[str, Any]"], bool]
+ALONE: dict[str, tuple[Timed, Callable[[Path, Workload], Path], Stands]] = {
+    "vendor": (protocol_run.vendor, protocol_run.vendor_path, protocol_run.searched_alike),
+    protocol_run.PEER: (protocol_run.peer, protocol_run.peer_path,
+                        lambda wl, record: protocol_run.searched_alike(wl, record.get("vendor"))),
 }
-"""What is timed alone on each workload after the runs: how, and where its record lives."""
+"""What is timed alone on each workload after the runs: how, where its record lives, and whether a record
+there stands (else it is timed again: the vendor's figure, or the one the peer's ratio divides by, timed as
+the vendor is no longer timed)."""
 
 
 def alone_missing(name: str, entries: list[Entry], args: argparse.Namespace, options: Options,
                   failed: list[str], deadline: bool = True) -> int:
-    """Time `name` (of ALONE) on each workload without its record, one at a time after the runs, so that it
-    has the device and the host to itself; returns how many were recorded.  One that raises is named in
-    `failed` (the protocol goes on; it runs again next time).  With `deadline`, none starts after --for's
+    """Time `name` (of ALONE) on each workload without a record that stands, one at a time after the runs, so
+    that it has the device and the host to itself; returns how many were recorded.  One that raises is named
+    in `failed` (the protocol goes on; it runs again next time).  With `deadline`, none starts after --for's
     end."""
-    timed, where = ALONE[name]
+    timed, where, stands = ALONE[name]
     ran = 0
     for entry in entries:
         wl = parse_name(entry.workload)
         target = where(args.out, wl)
-        if protocol_run.load(target) is not None or (deadline and past_deadline(args)):
+        found = protocol_run.load(target)
+        if (found is not None and stands(wl, found)) or (deadline and past_deadline(args)):
             continue
         try:
             record = timed(wl, entry.model, device(args.target), options)

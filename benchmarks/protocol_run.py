@@ -70,6 +70,13 @@ def vendor_path(out: Path, wl: Workload) -> Path:
     return out / wl.op / wl.key.split("/", 1)[1] / "vendor.json"
 
 
+def searched_alike(wl: Workload, library: dict[str, Any] | None) -> bool:
+    """Whether a vendor figure on `wl` (None: none) was timed as the vendor is now: a convolution's is the
+    fastest of several cuDNN algorithm searches (its "searches", `trial.vendor.fastest_search`), where a record
+    from before was one search's pick, and is timed again."""
+    return library is None or wl.op != "conv" or "searches" in library
+
+
 def vendor(wl: Workload, model: str, target: Any, options: Options) -> dict[str, Any] | None:
     """The vendor library on `wl` (`trial.vendor.baseline`: its fastest documented path, from a CUDA graph, its
     output checked): the workload's vendor record, None where there is no figure (no CUDA, no PyTorch)."""

@@ -1,8 +1,12 @@
 """Which records of the benchmark protocol run again: those of a template the suite no longer picks for their
-workload, and those of a space since changed (`benchmarks.protocol_jobs.current`)."""
+workload, and those of a space since changed (`benchmarks.protocol_jobs.current`); a convolution's vendor figure
+of one cuDNN search, and the peer's that divides by one (`protocol_run.searched_alike`)."""
+import argparse
 import json
 
-from benchmarks import protocol, protocol_run
+from benchmarks import protocol, protocol_jobs, protocol_run
+from benchmarks.workloads import Entry
+from trial.measure import Options
 from trial.workload import parse_name
 
 WORKLOAD = "mm/N32K32M32"
@@ -87,3 +91,31 @@ def test_a_report_leaves_out_the_records_that_run_again(tmp_path, capsys):
             "replaced for their workload, are left out and run again)") in text
     row = next(line for line in text.splitlines() if line.startswith(f"| {name} |") and "| random |" in line)
     assert "| random | 3 | 11.0 [10.0, 12.0] |" in row and "| matmul x2, simt x1 |" in row
+
+
+def test_a_convolutions_vendor_figure_of_one_cudnn_search_is_timed_again_and_the_peer_that_divides_by_it(
+        tmp_path, monkeypatch):
+    """A convolution's vendor record without its searches ("searches": from before a figure was the fastest of
+    several cuDNN searches) is timed again, and so is a peer whose library figure has none; a matmul's records,
+    and a convolution's of several searches, stand."""
+    names = ["conv/N2C4HW9F6K3ST2PD1", "conv/N1C4HW7F8K3ST1PD1", "mm/N16K16M16"]
+    searches = [{}, {"searches": [1.0, 2.0]}, {}]
+    for name, extra in zip(names, searches):
+        wl = parse_name(name)
+        protocol_run.save(protocol_run.vendor_path(tmp_path, wl), {"library": "old", "gflops": 1.0, **extra})
+        protocol_run.save(protocol_run.peer_path(tmp_path, wl), {"gflops": 1.0, "vendor": {"gflops": 1.0, **extra}})
+    timed = []
+
+    def baseline(wl, target, repeat, min_repeat_ms, compile_mode=None):
+        timed.append((wl.name, compile_mode))
+        return {"library": "new", "gflops": 2.0, "searches": [0.5]}
+
+    monkeypatch.setattr(protocol_run, "baseline", baseline)
+    monkeypatch.setattr(protocol_jobs, "device", lambda kind: "llvm")
+    args, entries = argparse.Namespace(out=tmp_path, target="llvm"), [Entry(name, "model") for name in names]
+    assert protocol_jobs.alone_missing("vendor", entries, args, Options(), [], deadline=False) == 1
+    assert protocol_jobs.alone_missing(protocol_run.PEER, entries, args, Options(), [], deadline=False) == 1
+    assert timed == [(names[0], None), (names[0], protocol_run.COMPILE_MODE), (names[0], None)]
+    libraries = [protocol_run.load(protocol_run.vendor_path(tmp_path, parse_name(n)))["library"] for n in names]
+    assert libraries == ["new", "old", "old"]
+    assert protocol_run.load(protocol_run.peer_path(tmp_path, parse_name(names[0])))["vendor"]["library"] == "new"
