@@ -54,7 +54,9 @@ def test_plan_names_the_workload_and_rebuilds_the_result(op, args, workload):
     p = ops.plan(op, args, {})
     assert isinstance(p, ops.Plan) and p.workload == workload
     assert all(t.is_contiguous() for t in p.operands)
-    torch.testing.assert_close(p.finish(_kernel(p)), op(*args), rtol=1e-3, atol=1e-3)
+    want = op(*args)  # torch's own rounding to a 16-bit type may differ from the kernel's by one unit
+    rtol = max(1e-3, 2 * torch.finfo(want.dtype).eps)
+    torch.testing.assert_close(p.finish(_kernel(p)), want, rtol=rtol, atol=1e-3)
 
 
 @pytest.mark.parametrize("op, args, reason", [
