@@ -138,12 +138,11 @@ Timed = Callable[[Workload, str, Any, Options], "dict[str, Any] | None"]
 Stands = Callable[[Workload, "dict[str, Any]"], bool]
 ALONE: dict[str, tuple[Timed, Callable[[Path, Workload], Path], Stands]] = {
     "vendor": (protocol_run.vendor, protocol_run.vendor_path, protocol_run.searched_alike),
-    protocol_run.PEER: (protocol_run.peer, protocol_run.peer_path,
-                        lambda wl, record: protocol_run.searched_alike(wl, record.get("vendor"))),
+    protocol_run.PEER: (protocol_run.peer, protocol_run.peer_path, protocol_run.peer_searched_alike),
 }
 """What is timed alone on each workload after the runs: how, where its record lives, and whether a record
-there stands (else it is timed again: the vendor's figure, or the one the peer's ratio divides by, timed as
-the vendor is no longer timed)."""
+there stands (else it is timed again: the vendor's figure, the peer's or the one its ratio divides by, timed
+as they are no longer timed)."""
 
 
 def alone_missing(name: str, entries: list[Entry], args: argparse.Namespace, options: Options,

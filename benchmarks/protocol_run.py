@@ -77,6 +77,12 @@ def searched_alike(wl: Workload, library: dict[str, Any] | None) -> bool:
     return library is None or wl.op != "conv" or "searches" in library
 
 
+def peer_searched_alike(wl: Workload, record: dict[str, Any]) -> bool:
+    """Whether a peer record on `wl` stands: its compiled call's figure (where compiling did not fail) and the
+    library figure its ratio divides by were both timed as they are now (`searched_alike`)."""
+    return searched_alike(wl, None if "error" in record else record) and searched_alike(wl, record.get("vendor"))
+
+
 def vendor(wl: Workload, model: str, target: Any, options: Options) -> dict[str, Any] | None:
     """The vendor library on `wl` (`trial.vendor.baseline`: its fastest documented path, from a CUDA graph, its
     output checked): the workload's vendor record, None where there is no figure (no CUDA, no PyTorch)."""

@@ -1,6 +1,6 @@
 """Which records of the benchmark protocol run again: those of a template the suite no longer picks for their
 workload, and those of a space since changed (`benchmarks.protocol_jobs.current`); a convolution's vendor figure
-of one cuDNN search, and the peer's that divides by one (`protocol_run.searched_alike`)."""
+of one cuDNN search, and a peer's of one, or dividing by one (`protocol_run.peer_searched_alike`)."""
 import argparse
 import json
 
@@ -96,14 +96,17 @@ def test_a_report_leaves_out_the_records_that_run_again(tmp_path, capsys):
 def test_a_convolutions_vendor_figure_of_one_cudnn_search_is_timed_again_and_the_peer_that_divides_by_it(
         tmp_path, monkeypatch):
     """A convolution's vendor record without its searches ("searches": from before a figure was the fastest of
-    several cuDNN searches) is timed again, and so is a peer whose library figure has none; a matmul's records,
-    and a convolution's of several searches, stand."""
-    names = ["conv/N2C4HW9F6K3ST2PD1", "conv/N1C4HW7F8K3ST1PD1", "mm/N16K16M16"]
-    searches = [{}, {"searches": [1.0, 2.0]}, {}]
-    for name, extra in zip(names, searches):
+    several cuDNN searches) is timed again, and so is a peer whose own figure, or library figure, has none; a
+    matmul's records, a convolution's of several searches and a peer's that failed to compile, stand."""
+    names = ["conv/N2C4HW9F6K3ST2PD1", "conv/N1C4HW7F8K3ST1PD1", "mm/N16K16M16", "conv/N1C4HW7F8K1ST1PD0",
+             "conv/N1C4HW9F8K1ST1PD0"]
+    searches = [{}, {"searches": [1.0, 2.0]}, {}, {"searches": [1.0]}, {"searches": [1.0]}]
+    compiled = [{}, {"searches": [1.0]}, {}, {}, {"error": "Inductor failed"}]  # the 4th: its own figure of one
+    for name, extra, own in zip(names, searches, compiled):
         wl = parse_name(name)
         protocol_run.save(protocol_run.vendor_path(tmp_path, wl), {"library": "old", "gflops": 1.0, **extra})
-        protocol_run.save(protocol_run.peer_path(tmp_path, wl), {"gflops": 1.0, "vendor": {"gflops": 1.0, **extra}})
+        protocol_run.save(protocol_run.peer_path(tmp_path, wl),
+                          {"gflops": 1.0, **own, "vendor": {"library": "old", "gflops": 1.0, **extra}})
     timed = []
 
     def baseline(wl, target, repeat, min_repeat_ms, compile_mode=None):
@@ -114,8 +117,11 @@ def test_a_convolutions_vendor_figure_of_one_cudnn_search_is_timed_again_and_the
     monkeypatch.setattr(protocol_jobs, "device", lambda kind: "llvm")
     args, entries = argparse.Namespace(out=tmp_path, target="llvm"), [Entry(name, "model") for name in names]
     assert protocol_jobs.alone_missing("vendor", entries, args, Options(), [], deadline=False) == 1
-    assert protocol_jobs.alone_missing(protocol_run.PEER, entries, args, Options(), [], deadline=False) == 1
-    assert timed == [(names[0], None), (names[0], protocol_run.COMPILE_MODE), (names[0], None)]
+    assert protocol_jobs.alone_missing(protocol_run.PEER, entries, args, Options(), [], deadline=False) == 2
+    assert timed == [(names[0], None), (names[0], protocol_run.COMPILE_MODE), (names[0], None),
+                     (names[3], protocol_run.COMPILE_MODE), (names[3], None)]
     libraries = [protocol_run.load(protocol_run.vendor_path(tmp_path, parse_name(n)))["library"] for n in names]
-    assert libraries == ["new", "old", "old"]
+    assert libraries == ["new", "old", "old", "old", "old"]
+    peers = [protocol_run.load(protocol_run.peer_path(tmp_path, parse_name(n)))["vendor"]["library"] for n in names]
+    assert peers == ["new", "old", "old", "new", "old"]
     assert protocol_run.load(protocol_run.peer_path(tmp_path, parse_name(names[0])))["vendor"]["library"] == "new"

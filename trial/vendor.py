@@ -83,7 +83,8 @@ def time_vendor(wl: Workload, repeat: int = Options.repeat, min_repeat_ms: float
     `CUDNN_SEARCHES` times and the figure is of its fastest pick (`fastest_search`).
 
     With `compile_mode` the same call goes through `torch.compile` in that mode first, as a PyTorch user
-    gets it ("compile_s": its compilation and autotuning, under the lock, before the timing): in
+    gets it ("compile_s": its compilation and autotuning, under the lock, before the timing; a convolution's
+    compiled call is timed after as many cuDNN searches as the library's): in
     "max-autotune-no-cudagraphs" Inductor times its Triton templates against the ATen kernels (cuBLAS,
     cuDNN) and keeps the fastest, as "max-autotune" does, without Inductor's CUDA graphs, since the call is
     replayed from a CUDA graph here anyway.  Inductor's templates follow the TF32 setting below.
@@ -115,17 +116,16 @@ def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_be
     name, fn = found
     if wl.op == "conv" and not cudnn_benchmark:
         name += ", heuristic algorithm (cudnn.benchmark off)"
-    if not compile_mode:
-        if wl.op == "conv" and cudnn_benchmark:
-            return fastest_search(torch, lambda: time_call(wl, torch, name, fn, repeat, min_repeat_ms))
-        return time_call(wl, torch, name, fn, repeat, min_repeat_ms)
-    start = time.perf_counter()
-    fn = torch.compile(fn, mode=compile_mode, fullgraph=True, dynamic=False)
-    fn()
-    torch.cuda.synchronize()
-    compiled = time.perf_counter() - start
-    return {**time_call(wl, torch, f"torch.compile {compile_mode} of {name}", fn, repeat, min_repeat_ms),
-            "compile_s": compiled}
+    extra: dict[str, Any] = {}
+    if compile_mode:
+        start = time.perf_counter()
+        fn = torch.compile(fn, mode=compile_mode, fullgraph=True, dynamic=False)
+        fn()
+        torch.cuda.synchronize()
+        name, extra = f"torch.compile {compile_mode} of {name}", {"compile_s": time.perf_counter() - start}
+    if wl.op == "conv" and cudnn_benchmark:  # the compiled call's cuDNN convolution searches per thread too
+        return {**fastest_search(torch, lambda: time_call(wl, torch, name, fn, repeat, min_repeat_ms)), **extra}
+    return {**time_call(wl, torch, name, fn, repeat, min_repeat_ms), **extra}
 
 
 def fastest_search(torch: Any, timed: Callable[[], dict[str, Any]], searches: int = CUDNN_SEARCHES) -> dict[str, Any]:
