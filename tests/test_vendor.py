@@ -116,19 +116,17 @@ def test_a_compiled_convolution_is_timed_after_as_many_cudnn_searches_as_the_lib
     is compiled once, then timed by `fastest_search`, with its compilation time; a compiled matmul once."""
     import torch
 
-    compiled, searched = [], []
+    compiled = []
     monkeypatch.setattr(library, "library_call", lambda wl, torch: ("cuDNN", lambda: None))
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(kw["mode"]) or fn)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(library, "time_call", lambda wl, torch, name, *a: {"library": name, "latency_ms": 1.0})
-    monkeypatch.setattr(library, "fastest_search", lambda torch, timed: searched.append(timed()) or {**timed(),
-                                                                                                 "searches": [1.0]})
+    monkeypatch.setattr(library, "fastest_search", lambda torch, timed: {**timed(), "searches": [1.0]})
     got = library.time_vendor(parse_name("conv/N2C4HW9F6K3ST2PD1"), compile_mode="max-autotune")
-    assert compiled == ["max-autotune"] and searched == [{"library": "torch.compile max-autotune of cuDNN",
-                                                          "latency_ms": 1.0}]
+    assert compiled == ["max-autotune"] and got["library"] == "torch.compile max-autotune of cuDNN"
     assert got["searches"] == [1.0] and got["compile_s"] >= 0
     got = library.time_vendor(parse_name("mm/N64K64M64"), compile_mode="max-autotune")
-    assert len(compiled) == 2 and len(searched) == 1 and "searches" not in got and got["compile_s"] >= 0
+    assert len(compiled) == 2 and "searches" not in got and got["compile_s"] >= 0
 
 
 def test_float8_operands_are_the_suites_values():
