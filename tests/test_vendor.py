@@ -129,6 +129,22 @@ def test_a_compiled_convolution_is_timed_after_as_many_cudnn_searches_as_the_lib
     assert len(compiled) == 2 and "searches" not in got and got["compile_s"] >= 0
 
 
+def test_the_peer_compiles_each_workload_afresh_past_dynamos_recompile_limit(monkeypatch):
+    """Every workload's library call is the same code object, so one process compiling the peer on more
+    shapes than Dynamo's recompile limit would fail on the rest (fullgraph); each compile starts afresh."""
+    import torch
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, mode, **kw: real_compile(fn, backend="eager", **kw))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    cpu_call = library.library_call
+    monkeypatch.setattr(library, "library_call", lambda wl, torch: cpu_call(wl, torch, "cpu"))
+    monkeypatch.setattr(library, "time_call", lambda wl, torch, name, fn, *a: {"check": library.check(wl, fn())})
+    shapes = [f"mm/N{8 * (i + 1)}K16M8" for i in range(torch._dynamo.config.recompile_limit + 2)]
+    got = [library.time_vendor(parse_name(s), compile_mode="max-autotune") for s in shapes]
+    assert [g["check"] for g in got] == [None] * len(shapes) and all(g["compile_s"] >= 0 for g in got)
+
+
 def test_float8_operands_are_the_suites_values():
     """float8 e4m3 (timed with torch._scaled_mm on a GPU): the operands hold the suite's values exactly."""
     import torch

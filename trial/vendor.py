@@ -119,6 +119,7 @@ def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_be
     extra: dict[str, Any] = {}
     if compile_mode:
         start = time.perf_counter()
+        torch._dynamo.reset()  # every workload's call is one code object: Dynamo's recompile limit would count them
         fn = torch.compile(fn, mode=compile_mode, fullgraph=True, dynamic=False)
         fn()
         torch.cuda.synchronize()
