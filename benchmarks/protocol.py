@@ -24,7 +24,9 @@ flags given with it still win.  --workloads replaces the sets by the given op/sp
 --for SECONDS starts no run that would not end within SECONDS, as long as its tuner's recorded runs took on
 its workload (else on any; a tuner with none starts while time is left): those under way finish and are
 recorded, so a protocol spread over sessions of limited device time stops between runs rather than losing the
-runs a kill would cut.  The recorded times are medians: give the calls a margin.
+runs a kill would cut.  A peer's timing alone starts only if it would end within SECONDS too, as long as its
+earlier record took (else the median of those recorded).  The recorded times are medians: give the calls a
+margin.
 
 --report runs nothing: it prints (and with --publish, publishes) the report of the records under --out as
 far as they go, on any machine, its header saying the versions and dates the records give and how many of
@@ -96,8 +98,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"also write the report into PAGE (default {PAGE.relative_to(ROOT)}) and its plots beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--for", dest="for_s", type=number_type(float, 1, 1e7), metavar="SECONDS",
-                   help="start no run that would not end within SECONDS, as long as its tuner's recorded runs "
-                        "took: the runs under way finish and are recorded, the others wait for the next "
+                   help="start no run or peer timing that would not end within SECONDS, as long as the recorded "
+                        "ones took: those under way finish and are recorded, the others wait for the next "
                         "invocation (a session's device time)")
     p.add_argument("--report", action="store_true",
                    help="run nothing: the report of the records under --out as far as they go (no GPU needed)")

@@ -145,20 +145,32 @@ there stands (else it is timed again: the vendor's figure, the peer's or the one
 as they are no longer timed)."""
 
 
+def alone_seconds(record: dict[str, Any] | None) -> float | None:
+    """The seconds a timing alone took: "alone_s", from its start to its record, else (records written before
+    they kept it) its compilation and autotuning, "compile_s"; None where the record has neither."""
+    seconds = record and (record.get("alone_s") or record.get("compile_s"))
+    return float(seconds) if seconds else None
+
+
 def alone_missing(name: str, entries: list[Entry], args: argparse.Namespace, options: Options,
                   failed: list[str], deadline: bool = True) -> int:
     """Time `name` (of ALONE) on each workload without a record that stands, one at a time after the runs, so
     that it has the device and the host to itself; returns how many were recorded.  One that raises is named
-    in `failed` (the protocol goes on; it runs again next time).  With `deadline`, none starts after --for's
-    end."""
+    in `failed` (the protocol goes on; it runs again next time).  With `deadline`, none starts that would not
+    end within --for, as long as its earlier record took (`alone_seconds`), else the median of the records
+    there: a peer's autotuning takes seconds to minutes a workload."""
     timed, where, stands = ALONE[name]
+    found = {entry: protocol_run.load(where(args.out, parse_name(entry.workload))) for entry in entries}
+    recorded = [s for s in map(alone_seconds, found.values()) if s is not None]
+    typical = statistics.median(recorded) if recorded else 0.0
     ran = 0
     for entry in entries:
-        wl = parse_name(entry.workload)
-        target = where(args.out, wl)
-        found = protocol_run.load(target)
-        if (found is not None and stands(wl, found)) or (deadline and past_deadline(args)):
+        wl, record = parse_name(entry.workload), found[entry]
+        if record is not None and stands(wl, record):
             continue
+        if deadline and past_deadline(args, alone_seconds(record) or typical):
+            continue
+        started = time.monotonic()
         try:
             record = timed(wl, entry.model, device(args.target), options)
         except Exception as err:  # noqa: BLE001 - the library failed on this workload: the protocol goes on
@@ -166,7 +178,7 @@ def alone_missing(name: str, entries: list[Entry], args: argparse.Namespace, opt
             failed.append(f"{wl.name} {name}: {type(err).__name__}: {err}")
             continue
         if record is not None:
-            protocol_run.save(target, record)
+            protocol_run.save(where(args.out, wl), {**record, "alone_s": round(time.monotonic() - started, 1)})
             ran += 1
     return ran
 

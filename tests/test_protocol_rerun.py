@@ -124,3 +124,34 @@ def test_a_convolutions_vendor_figure_of_one_cudnn_search_is_timed_again_and_the
     assert libraries == ["new", "old", "old", "old", "old"]
     peers = [protocol_run.load(protocol_run.peer_path(tmp_path, parse_name(n)))["vendor"]["library"] for n in names]
     assert peers == ["new", "old", "old", "new", "old"]
+
+
+def test_a_timing_alone_that_would_not_end_within_for_does_not_start(tmp_path, monkeypatch):
+    """Under --for, a peer is timed only if it would end in time, as long as its earlier record took ("alone_s",
+    else "compile_s"), else the median of those recorded; each timing saves how long it took."""
+    import time
+
+    names = ["conv/N1C4HW7F8K3ST1PD1", "conv/N2C4HW9F6K3ST2PD1", "conv/N1C4HW9F8K1ST1PD0", "conv/N1C4HW7F8K1ST1PD0"]
+    searched = {"searches": [1.0]}
+    earlier = [{**searched, "vendor": searched, "alone_s": 100.0},  # stands: not timed again
+               {"compile_s": 20.0, "vendor": {}},  # of one search: timed again, in 20 s
+               {"alone_s": 90.0, "vendor": {}}]  # would take 90 s: left
+    for name, record in zip(names, earlier):
+        protocol_run.save(protocol_run.peer_path(tmp_path, parse_name(name)), {"gflops": 1.0, **record})
+    timed = []
+
+    def baseline(wl, target, repeat, min_repeat_ms, compile_mode=None):
+        if compile_mode:
+            timed.append(wl.name)
+        return {"library": "new", "gflops": 2.0, **searched}
+
+    monkeypatch.setattr(protocol_run, "baseline", baseline)
+    monkeypatch.setattr(protocol_jobs, "device", lambda kind: "llvm")
+    entries = [Entry(name, "model") for name in names]
+    args = argparse.Namespace(out=tmp_path, target="llvm", deadline=time.monotonic() + 60)
+    assert protocol_jobs.alone_missing(protocol_run.PEER, entries, args, Options(), []) == 1
+    assert timed == [names[1]]  # the last, with no record, would take the median, 90 s: left too
+    assert protocol_run.load(protocol_run.peer_path(tmp_path, parse_name(names[1])))["alone_s"] >= 0
+    args.deadline = None
+    assert protocol_jobs.alone_missing(protocol_run.PEER, entries, args, Options(), []) == 2
+    assert timed == [names[1], names[2], names[3]]
