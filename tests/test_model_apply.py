@@ -140,6 +140,43 @@ def test_a_pair_that_cannot_be_captured_is_timed_call_by_call_both(monkeypatch):
     assert timing.like_ms(vendor, how, min_run_time=0.001) > 0 and set(calls) == {"vendor"}
 
 
+def test_torchs_side_is_timed_after_as_many_cudnn_searches_as_the_vendor_baselines(monkeypatch):
+    """With cudnn.benchmark on a GPU, torch's side of a pair and a model's latency are the fastest of as many
+    timings as the vendor baselines take, each captured in a thread of its own with the caller's grad mode;
+    the tuned kernel once, in the caller's thread."""
+    import contextlib
+    import threading
+
+    from trial.vendor import CUDNN_SEARCHES
+
+    captured = []
+
+    def graphed(fn):
+        captured.append((fn.__name__, threading.current_thread() is threading.main_thread(), torch.is_grad_enabled()))
+        return fn
+
+    def vendor():
+        pass
+
+    def tuned():
+        pass
+
+    monkeypatch.setattr(timing, "_graphed", graphed)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    assert timing.pair_ms(vendor, tuned, gpu=True, min_run_time=0.001)[2] == "CUDA graph"
+    searched = [("vendor", False, True)] * CUDNN_SEARCHES
+    assert captured == [("vendor", True, True), ("tuned", True, True), *searched]
+    captured.clear()
+    assert timing.model_latency(lambda: None, (), gpu=True, min_run_time=0.001).how == "CUDA graph"
+    assert captured == [("call", False, False)] * CUDNN_SEARCHES  # under the caller's torch.no_grad
+    captured.clear()
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)  # PyTorch's default: cuDNN's heuristics
+    timing.pair_ms(vendor, tuned, gpu=True, min_run_time=0.001)
+    assert captured == [("vendor", True, True), ("tuned", True, True), ("vendor", True, True)]
+
+
 def test_an_unverified_kernel_in_the_folder_is_built_again(tiny_records, tmp_path):
     """A kernel.so without the VERIFIED mark (the service writes it before verifying; a crash leaves it) is
     never loaded: the kernel is built again, verified, and put in its place."""
