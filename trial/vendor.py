@@ -118,8 +118,8 @@ def _timed(wl: Workload, torch: Any, repeat: int, min_repeat_ms: float, cudnn_be
         name += ", heuristic algorithm (cudnn.benchmark off)"
     extra: dict[str, Any] = {}
     if compile_mode:
-        start = time.perf_counter()
         torch._dynamo.reset()  # every workload's call is one code object: Dynamo's recompile limit would count them
+        start = time.perf_counter()
         fn = torch.compile(fn, mode=compile_mode, fullgraph=True, dynamic=False)
         fn()
         torch.cuda.synchronize()
