@@ -11,10 +11,11 @@ from trial import build, check, templates
 from trial.archs import target_of
 from trial.constraints import KernelRules
 from trial.target import Target
-from trial.templates import matmul
+from trial.templates import matmul, wgmma
 from trial.workload import parse
 
 from cuda_kernels import device_module, dynamic_shared_bytes, vector_accesses
+from nvrtc import cuda_toolkit, ptx  # noqa: F401
 
 SM90 = target_of("sm_90")
 STATIC_ONLY = dataclasses.replace(SM90, limits=dataclasses.replace(SM90.limits, max_shared_memory_per_block_optin=0))
@@ -140,3 +141,35 @@ def test_descriptions_written_before_the_opt_in_limit_keep_the_static_one():
     del old["limits"]["max_shared_memory_per_block_optin"]
     assert Target.from_description(old).limits.shared_memory_per_block == 48 * 1024
     assert Target.from_description(SM90.describe()) == SM90
+
+
+@pytest.mark.parametrize("spec,knobs", [("N512K4096M1024_f16", {"rows": 64, "cols": 64, "producer": 1, "cluster": 2}),
+                                         ("N512K4096M1024_f16", {"rows": 128, "cols": 64, "producer": 1, "split": 2})])
+def test_a_clusters_ctas_read_their_cluster_id_and_rank_once_not_at_each_copy(spec, knobs):
+    """TVM reads a CTA's cluster id and rank through volatile `asm`, which nvcc neither hoists out of a loop nor
+    merges: the wgmma kernel keeps both in registers, so that no TMA copy (the producer issues each right after its
+    wait for a free stage) reads and divides them again, nor any address in a peer CTA's shared memory (`mapa`)."""
+    wl = parse("mm", spec)
+    template = templates.load(wl, target=SM90)
+    config = {**template.default_params(wl, True), **knobs}
+    check.check(wl, template, config, SM90)
+    kernel = build.build(wl, template, config, SM90).mod.imports[0].inspect_source().split("__global__")[-1]
+    reads = re.compile(r"fetch_register_clusterid_x\(\)|cluster_ctaid_x\(\)")
+    copies = [line for line in kernel.splitlines() if "cp_async_bulk_tensor" in line]
+    peers = [line for line in kernel.splitlines() if "mapa_u32" in line]
+    assert copies and peers  # a pair's releases to its peer, or split CTAs' loads of each other's partial sums
+    assert not [line for line in copies + peers if reads.search(line)]
+
+
+@pytest.mark.parametrize("spec,knobs", [("N512K4096M1024_bf16", {"stages": 9, "split": 2}),
+                                         ("N512K4096M1024PTN_f16", {"stages": 8, "split": 2}),
+                                         ("N512K4096M1024_f16", {"rows": 64, "stages": 9, "cluster": 2})])
+def test_the_producers_k_loop_stays_a_loop_unrolled_by_two(cuda_toolkit, spec, knobs):
+    """Without volatile reads in its body NVRTC would unroll the producer's loop over its 32 or 64 K tiles in full,
+    into kilobytes of code that each CTA runs once; unrolled by 2, the PTX holds two K tiles' TMA copies."""
+    wl = parse("mm", spec)
+    config = {**wgmma.default_params(wl, True), "rows": 128, "cols": 64, "in_flight": 1, "producer": 1, **knobs}
+    check.check(wl, wgmma, config, SM90)
+    source = build.build(wl, wgmma, config, SM90).mod.imports[0].inspect_source()
+    per_tile = source.split("__global__")[-1].count("cp_async_bulk_tensor")  # the loop body's: a K tile's copies
+    assert per_tile and ptx(source, "sm_90a").count("cp.async.bulk.tensor") == 2 * per_tile

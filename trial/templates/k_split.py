@@ -1,6 +1,7 @@
 """How the Hopper TIRx kernels (wgmma_kernel.py, simt_kernel.py) divide K beyond one CTA's loop: K slices, groups of
 a CTA's consumers that take turns at the TMA stages (the rules they keep), and split CTAs of a cluster, which add
-their partial tiles through distributed shared memory (`peer_sum`)."""
+their partial tiles through distributed shared memory (`peer_sum`), each CTA placed by its cluster id and rank
+(`cluster_ids`, which wgmma_kernel.py reads through)."""
 from __future__ import annotations
 
 from typing import Any
@@ -53,3 +54,16 @@ def peer_sum(split: int, acc_type: str = "float32") -> Any:
                 acc[j * 4 + v] = acc[j * 4 + v] + peer_sums[r * 4 + v]
     # fmt: on
     return macro
+
+
+def cluster_ids(ids: Any, clusters: int, ctas: int) -> tuple[Any, Any]:
+    """This CTA's cluster (of a flat grid of `clusters`) and its rank in it (of `ctas`), read once into `ids`, the
+    caller's two local int32s, and returned as reads of them.  TVM reads both through volatile `asm`, which nvcc
+    neither hoists out of a loop nor merges: a tile coordinate that named them directly would read them again, and
+    divide the cluster id again, at each use, e.g. in every TMA copy the producer issues right after its wait for a
+    free stage."""
+    from tvm.script import tirx as T
+
+    T.buffer_store(ids, T.cluster_id([clusters]), [0])
+    T.buffer_store(ids, T.cta_id_in_cluster([ctas]), [1])
+    return ids[0], ids[1]

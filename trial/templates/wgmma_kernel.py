@@ -17,20 +17,19 @@ box holds one product's tile, and C is indexed [product, row, column] (`c_at`). 
 of one product, whose row tiles are a multiple of the cluster (a rule).  mm's kernel is unchanged by this.  An NHWC
 convolution's implicit GEMM (conv2d_gemm.py) reads A and writes C through pixel tiles instead (`PixelRows`).
 
-Types (`WGMMA_TYPES`): float16 and bfloat16 in any layout, written in their own type; float8 e4m3, int8 and
-TF32 with both operands K-major (PNT: their wgmma transposes neither), written as float32, int32 and
-float32.  int8's accumulators are uint32 registers (TVM's wgmma operand for .s32 sums; two's-complement adds
-are the same bits), stored to C as the int32 they hold.  TF32's operands are float32 in memory and in the
-stages (32 to a 128-byte K tile), which the wgmma reads as TF32, 8 to an instruction, keeping 10 of their
-23 stored significand bits.
+Types (`WGMMA_TYPES`): float16 and bfloat16 in any layout, written in their own type; float8 e4m3, int8 and TF32 with
+both operands K-major (PNT: their wgmma transposes neither), written as float32, int32 and float32.  int8's
+accumulators are uint32 registers (TVM's wgmma operand for .s32 sums; two's-complement adds are the same bits), stored
+to C as the int32 they hold.  TF32's operands are float32 in memory and in the stages (32 to a 128-byte K tile), which
+the wgmma reads as TF32, 8 to an instruction, keeping 10 of their 23 stored significand bits.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ..workload import Workload
-from .k_split import partial_sums, peer_sum
-from .tma_stages import init_stages
+from .k_split import cluster_ids, partial_sums, peer_sum
+from .tma_stages import init_stages, next_stage
 from .wgmma_operand import ALIGN, C_PAD, WGMMA_TYPES, Operand, k_tile, shared_bytes, staged_elems
 from .wgmma_rows import MatrixRows, PixelRows
 
@@ -97,6 +96,7 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
     to_cluster = [tirx.const((1 << cluster) - 1, "uint16")] if cluster > 1 else []  # multicast's CTA mask
     add_peers = peer_sum(split, acc_type)  # group g's sums of every split CTA, into acc[4j:4j + 4]
     barriers = init_stages(stages, consumers * cluster)  # a stage is released by every warpgroup that reads it
+    advance_refill, advance_ring = next_stage(stages), next_stage(per_slice)
 
     # fmt: off
     @T.macro
@@ -171,16 +171,15 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
         T.device_entry()
         if ctas > 1:  # CTAs of neighbouring row tiles (of one product) pair up to share B; split CTAs share a tile
             # one grid dimension: TVM 0.27 launches a cluster grid flat but reads 2-D cluster ids as such
-            c = T.cluster_id([m // cols * (tiles_of.count // cluster)])
-            rank = T.cta_id_in_cluster([ctas])
+            ids = T.alloc_local((2,), "int32")
+            c, rank = T.meta_var(cluster_ids(ids, m // cols * (tiles_of.count // cluster), ctas))
             bx = T.meta_var(c % (m // cols))
             by = T.meta_var(c // (m // cols) * cluster + rank % cluster)
             part = T.meta_var(rank % cluster)  # which part of B this CTA loads for its pair
             first = T.meta_var(rank // cluster * tiles)  # this CTA's first K tile
         else:
             bx, by = T.cta_id([m // cols, tiles_of.count])
-            part = T.meta_var(0)
-            first = T.meta_var(0)
+            part, first = T.meta_var((0, 0))  # the whole of B, from K tile 0
         tx = T.thread_id([(consumers * slices + producer) * WARPGROUP])
         pool = T.SMEMPool()
         bars = pool.alloc((2 * stages,), "uint64", align=8)  # a "full" barrier per stage, then an "empty" one
@@ -197,7 +196,7 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
         pad = T.cast((T.uint32(ALIGN) - T.cuda.cvta_generic_to_shared(A_s.ptr_to([0])) % T.uint32(ALIGN))
                      % T.uint32(ALIGN), "int32") // size
         descs = T.alloc_local((8,), "uint64")  # a K tile's four wgmmas' descriptors of A, then of B
-        ring = T.alloc_local((2,), "int32")  # this slice's K tile i as the stage k = i % per_slice and phase
+        ring = T.alloc_local((2,), "int32")  # a loop's K tile as its stage and phase: a slice's, or the issuer's
         a_start: T.uint32  # a K tile's start in shared memory, in the descriptors' 16-byte units
         b_start: T.uint32
         acc = T.alloc_local((acc_len,), acc_type)
@@ -207,10 +206,13 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
         else:
             T.cuda.cta_sync()
         if tx == issuer:
-            for t in T.serial(0, issued):
+            for r in T.unroll(0, 2):
+                ring[r] = 0
+            for t in T.serial(0, issued, unroll=2):  # nvcc would unroll it in full: code each CTA runs once
                 if t >= stages:  # the consumers' release of this stage's previous tile (producer only)
-                    T.cuda.mbarrier_wait(T.address_of(bars[stages + t % stages]), (t // stages + 1) % 2)
-                load(A_s, B_s, pad, bars, a_map, b_map, t % stages, first + t, bx, by, part)
+                    T.cuda.mbarrier_wait(T.address_of(bars[stages + ring[0]]), 1 - ring[1])
+                load(A_s, B_s, pad, bars, a_map, b_map, ring[0], first + t, bx, by, part)
+                advance_refill(ring)
         # the warpgroup's index as lane 0 has it (CUTLASS's canonical_warp_group_idx): one value a warp, which ptxas
         # keeps in uniform registers, and so the consumers' loop counters and descriptors
         group = T.tvm_warp_shuffle(T.uint32(0xFFFFFFFF), tx // WARPGROUP, 0, 32, 32)
@@ -244,8 +246,7 @@ def kernel(wl: Workload, p: dict[str, Any], shapes: tuple[tuple[int, ...], ...] 
                     T.cuda.cta_sync()
                     if tx == 0 and i >= in_flight and i - in_flight + stages < tiles:
                         load(A_s, B_s, pad, bars, a_map, b_map, done, first + i - in_flight + stages, bx, by, part)
-                ring[1] = T.if_then_else(ring[0] == per_slice - 1, 1 - ring[1], ring[1])  # the last stage: next phase
-                ring[0] = T.if_then_else(ring[0] == per_slice - 1, 0, ring[0] + 1)
+                advance_ring(ring)
             T.ptx.wgmma.wait_group.sync.aligned(0)
         if slices > 1:  # slices 1.. hand their sums to slice 0, thread-minor as a split CTA's partial tile
             T.cuda.cta_sync()  # every wgmma of this CTA has read its stages: the partial tiles may overwrite them
