@@ -1,6 +1,7 @@
 """The benchmark protocol: frozen tuners on the study's and held-out workloads, several seeds, medians with CIs.
 
-    python -m benchmarks.protocol [--quick] [--set study|held-out|all] [--tuners opevo gbfs na2c random metaschedule]
+    python -m benchmarks.protocol [--quick] [--set study|held-out|tensor-cores|all]
+        [--tuners opevo gbfs na2c random metaschedule]
         [--seeds 5] [--trials 128] [--workers auto|N] [--parallel P] [--target auto|cuda|rocm|llvm] [--out DIR]
         [--workloads op/spec ...] [--for SECONDS] [--report] [--publish [PAGE]]
 
@@ -18,7 +19,9 @@ not run again, so a killed protocol resumes where it stopped.  Then a markdown t
 is printed after a header with the command, device and versions (`benchmarks.protocol_report`), and
 written to OUT/summary.md.
 
---quick: the first study and held-out workloads, OpEvo only, 1 seed, 64 trials (one short GPU session);
+--set names a workload set (`benchmarks.workloads`): the study's, the held-out one, both ("all", the
+default), or the tensor-core types' ("tensor-cores").
+--quick: the first workload of each set, OpEvo only, 1 seed, 64 trials (one short GPU session);
 flags given with it still win.  --workloads replaces the sets by the given op/spec names.
 
 --for SECONDS starts no run that would not end within SECONDS, as long as its tuner's recorded runs took on
@@ -72,8 +75,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.protocol", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--quick", action="store_true", help="one study and one held-out workload, opevo, 1 seed, 64 trials")
-    p.add_argument("--set", default="all", help="study, held-out or all (default all)")
+    p.add_argument("--quick", action="store_true", help="each set's first workload, opevo, 1 seed, 64 trials")
+    p.add_argument("--set", default="all",
+                   help="study, held-out, tensor-cores or all (study and held-out; the default)")
     p.add_argument("--workloads", nargs="+", metavar="OP/SPEC", help="run these workloads instead of the sets")
     p.add_argument("--tuners", nargs="+", metavar="TUNER",
                    help=f"of {', '.join(driver.TUNERS)}, {metaschedule.NAME}[ARGS] "
@@ -112,8 +116,7 @@ def plan_sets(args: argparse.Namespace) -> dict[str, tuple[Entry, ...]]:
         return {"given": tuple(workloads.entry(name) for name in args.workloads)}
     chosen = workloads.chosen(args.set)
     if args.quick:
-        quick = dict(zip(workloads.SETS, ((entry,) for entry in workloads.QUICK)))
-        return {name: quick[name] for name in chosen}
+        return {name: (workloads.QUICK[name],) for name in chosen}
     return chosen
 
 

@@ -7,9 +7,11 @@ layers read their weights transposed, PNT; a ResNet-50 classifier head of width 
 attention batched matmuls (16 x 12 heads), ResNet-50 convolutions at batch 32 (1x1, 3x3, stride 2, the
 7x7 stem) and at batch 1, and the float16 tensor-core variants of the transformer shapes (N, M and K are
 multiples of 16 and A is untransposed, as tensor-core specs need; the head's 1000 is not, so it has none).
+TENSOR_CORES holds each tensor-core type on the workloads models run it on, the study's and held-out ones.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from trial.workload import parse_name
@@ -57,16 +59,58 @@ HELD_OUT = (
     Entry("conv/N1C512HW7F512K3ST1PD1", "ResNet-50, batch 1: layer4 3x3"),
     *(Entry(f"{name}_f16", f"{model}, float16") for name, model in _TRANSFORMER),
 )
-SETS = {"study": STUDY, "held-out": HELD_OUT}
-"""The protocol's sets by name; "all" on the command line is both, study first."""
-QUICK = (STUDY[0], HELD_OUT[0])
-"""`--quick`: one study and one held-out workload, what one short GPU session fits."""
+_TYPES = {"f16": "float16", "bf16": "bfloat16", "tf32": "TF32", "i8": "int8", "e4m3": "float8 e4m3"}
+_RESNET50 = "ResNet-50, batch 32"
+_RESNET50_LAYERS = (  # its distinct 3x3 and 1x1 shapes but for stage 3's and 4's first reductions and stage 4
+    ("conv/N32C64HW56F64K1ST1PD0", "layer1 1x1 reduce"),
+    ("conv/N32C64HW56F64K3ST1PD1", "layer1 3x3"),
+    ("conv/N32C64HW56F256K1ST1PD0", "layer1 1x1 expand"),
+    ("conv/N32C256HW56F64K1ST1PD0", "layer1 1x1 reduce of blocks 2-3"),
+    ("conv/N32C128HW56F128K3ST2PD1", "layer2 3x3, stride 2"),
+    ("conv/N32C256HW56F512K1ST2PD0", "layer2 1x1 downsample, stride 2"),
+    ("conv/N32C128HW28F128K3ST1PD1", "layer2 3x3"),
+    ("conv/N32C512HW28F128K1ST1PD0", "layer2 1x1 reduce"),
+    ("conv/N32C256HW14F256K3ST1PD1", "layer3 3x3"),
+    ("conv/N32C512HW7F512K3ST1PD1", "layer4 3x3"),
+    ("conv/N32C512HW7F2048K1ST1PD0", "layer4 1x1 expand"),
+)
+
+
+def _typed(entries: tuple[Entry, ...], suffix: str, layout: str = "") -> tuple[Entry, ...]:
+    """`entries` in the tensor-core type of `suffix`, with `layout` (e.g. PNT, B K-major) where given."""
+    return tuple(Entry(f"{re.sub('P[NT]{2}$', '', e.workload) + layout if layout else e.workload}_{suffix}",
+                       f"{e.model}, {_TYPES[suffix]}") for e in entries)
+
+
+_STUDY_GEMMS = tuple(e for e in STUDY if e.workload.startswith(("mm/", "bmm/")))
+_STUDY_MM = tuple(e for e in _STUDY_GEMMS if e.workload.startswith("mm/"))
+_BERT_LINEAR = tuple(Entry(name, model) for name, model in _TRANSFORMER if name.startswith("mm/"))
+_RESNET50_CONVS = tuple(Entry(name, f"{_RESNET50}: {layer}") for name, layer in _RESNET50_LAYERS)
+TENSOR_CORES = (
+    *_typed(_STUDY_GEMMS, "f16"), *_typed(_STUDY_GEMMS, "bf16"),
+    *_typed(_BERT_LINEAR, "f16"), *_typed(_BERT_LINEAR, "bf16"),
+    *_typed(_STUDY_MM, "tf32", "PNT"), *_typed(tuple(e for e in _STUDY_GEMMS if e.workload.endswith("PNT")), "tf32"),
+    *_typed(_RESNET50_CONVS[1:3], "tf32"), *_typed(_RESNET50_CONVS, "f16"),
+    *_typed(_STUDY_MM, "i8", "PNT"), *_typed(_STUDY_MM, "e4m3", "PNT"),
+)
+"""The tensor-core types where models run them, each on its template's fastest layout: the study's matmuls
+and batched matmuls and BERT-base's four projections in float16 and bfloat16; TF32 (float32 in and out,
+as PyTorch's `allow_tf32` runs it) on the study's matmuls with B K-major, its NT batched matmul and two of
+ResNet-50's layers; ResNet-50's eleven layers in float16 (NHWC, as `channels_last` runs them); the study's
+matmuls in int8 and float8 e4m3 with B K-major, the layout of the vendor's fast 8-bit paths."""
+SETS = {"study": STUDY, "held-out": HELD_OUT, "tensor-cores": TENSOR_CORES}
+"""The protocol's sets by name."""
+ALL = ("study", "held-out")
+"""What "all" on the command line stands for, study first: the tuners' settings, chosen on the study's
+workloads, carried over to held-out ones.  The tensor-core set is run by its name."""
+QUICK = {name: entries[0] for name, entries in SETS.items()}
+"""`--quick`: each set's first workload, what one short GPU session fits."""
 
 
 def chosen(name: str) -> dict[str, tuple[Entry, ...]]:
-    """The sets `--set name` stands for ("study", "held-out" or "all"); ValueError for any other name."""
+    """The sets `--set name` stands for (a set's name or "all"); ValueError for any other name."""
     if name == "all":
-        return dict(SETS)
+        return {name: SETS[name] for name in ALL}
     if name not in SETS:
         raise ValueError(f"unknown workload set {name!r}: expected one of {', '.join([*SETS, 'all'])}")
     return {name: SETS[name]}

@@ -224,15 +224,17 @@ def test_quick_is_one_study_and_one_held_out_workload_opevo_one_seed_64_trials()
     args = protocol.parser().parse_args(["--quick"])
     protocol.resolve(args)
     assert (args.tuners, args.seeds, args.trials) == (["opevo"], 1, 64)
-    assert protocol.plan_sets(args) == {"study": (workloads.QUICK[0],), "held-out": (workloads.QUICK[1],)}
-    assert workloads.QUICK[0].workload == "mm/N512K1024M1024"
+    assert protocol.plan_sets(args) == {"study": (workloads.STUDY[0],), "held-out": (workloads.HELD_OUT[0],)}
+    assert workloads.STUDY[0].workload == "mm/N512K1024M1024"
     args = protocol.parser().parse_args(["--quick", "--set", "held-out", "--seeds", "3"])
     protocol.resolve(args)
-    assert args.seeds == 3 and protocol.plan_sets(args) == {"held-out": (workloads.QUICK[1],)}
+    assert args.seeds == 3 and protocol.plan_sets(args) == {"held-out": (workloads.HELD_OUT[0],)}
+    args = protocol.parser().parse_args(["--quick", "--set", "tensor-cores"])
+    assert protocol.plan_sets(args) == {"tensor-cores": (workloads.TENSOR_CORES[0],)}
     args = protocol.parser().parse_args([])
     protocol.resolve(args)
     assert (args.tuners, args.seeds, args.trials) == (["opevo", "gbfs", "na2c", "random", "metaschedule"], 5, 128)
-    assert protocol.plan_sets(args) == workloads.SETS
+    assert protocol.plan_sets(args) == {"study": workloads.STUDY, "held-out": workloads.HELD_OUT}
 
 
 def test_header_names_the_command_device_and_versions():
