@@ -61,7 +61,8 @@ HELD_OUT = (
 )
 _TYPES = {"f16": "float16", "bf16": "bfloat16", "tf32": "TF32", "i8": "int8", "e4m3": "float8 e4m3"}
 _RESNET50 = "ResNet-50, batch 32"
-_RESNET50_LAYERS = (  # its distinct 3x3 and 1x1 shapes but for stage 3's and 4's first reductions and stage 4
+# eleven of its 3x3 and 1x1 shapes: layer1's four, layer2's four, layer3's 3x3, layer4's 3x3 and 1x1 expand
+_RESNET50_LAYERS = (
     ("conv/N32C64HW56F64K1ST1PD0", "layer1 1x1 reduce"),
     ("conv/N32C64HW56F64K3ST1PD1", "layer1 3x3"),
     ("conv/N32C64HW56F256K1ST1PD0", "layer1 1x1 expand"),

@@ -220,7 +220,7 @@ def test_bad_input_is_a_clear_error(bad, why, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_quick_is_one_study_and_one_held_out_workload_opevo_one_seed_64_trials():
+def test_quick_is_each_sets_first_workload_opevo_one_seed_64_trials():
     args = protocol.parser().parse_args(["--quick"])
     protocol.resolve(args)
     assert (args.tuners, args.seeds, args.trials) == (["opevo"], 1, 64)
