@@ -159,6 +159,10 @@ FATAL_LOGGERS = ("tuners.failure", "nni.runtime.msg_dispatcher_base", "nni.main"
 worker (a tuner method raised) and NNI's dispatcher entry point (the tuner could not be built)."""
 _ERROR_LINE = re.compile(r"^\[[^\]]*\] ERROR \((?P<logger>[\w.]+)/(?:[^()]|\([^()]*\))*\) (?P<message>.*)$",
                          re.MULTILINE)
+_DISPATCHER_STARTED = re.compile(r"^\[[^\]]*\] INFO \(nni\.runtime\.msg_dispatcher_base/[^)]*\) Dispatcher started$",
+                                 re.MULTILINE)
+MANAGER_GONE = "Connection to NNI manager is broken"
+"""What a dispatcher logs when its NNI manager is gone (killed, then `nnictl resume`d): not a tuner's failure."""
 
 
 def tuner_failure(port: int) -> str | None:
@@ -171,9 +175,20 @@ def tuner_failure(port: int) -> str | None:
         resp = requests.get(f"http://127.0.0.1:{port}/logs/dispatcher.log", timeout=10)
     except requests.RequestException:
         return None
-    if not resp.ok:
-        return None
-    found = (m["message"].strip() for m in _ERROR_LINE.finditer(resp.text) if m["logger"] in FATAL_LOGGERS)
+    return fatal_error(resp.text) if resp.ok else None
+
+
+def fatal_error(log: str) -> str | None:
+    """The first error a tuner's stop left in dispatcher.log's text `log`, or None.
+
+    A resumed experiment appends to the log of the run before it: only what its own dispatcher logged counts
+    (after the last "Dispatcher started"), and a dispatcher's report that its manager went away (MANAGER_GONE)
+    is no tuner's failure.
+    """
+    starts = list(_DISPATCHER_STARTED.finditer(log))
+    own = log[starts[-1].end():] if starts else log
+    found = (m["message"].strip() for m in _ERROR_LINE.finditer(own)
+             if m["logger"] in FATAL_LOGGERS and not m["message"].startswith(MANAGER_GONE))
     return next(found, None)
 
 

@@ -165,3 +165,25 @@ def test_a_config_that_is_not_yaml_is_refused_before_nnictl(tmp_path, no_nnictl,
     config = tmp_path / "config_opevo.yml"
     config.write_text("tuner: [unclosed\n")
     assert f"{config} is not an NNI experiment config" in main_error([str(config)], capsys)
+
+
+KILLED_RUN_LOG = """\
+[2026-12-02 12:37:21] INFO (nni.runtime.msg_dispatcher_base/MainThread) Dispatcher started
+[2026-12-02 12:37:40] INFO (tuners.base/Thread-2 (command_queue_worker)) trial of parameter 3 ended (succeeded) without a result
+[2026-12-02 12:38:14] ERROR (nni.runtime.msg_dispatcher_base/MainThread) Connection to NNI manager is broken. Failed to report error.
+[2026-12-02 12:38:14] ERROR (nni.main/MainThread) [Errno 111] Connect call failed ('127.0.0.1', 20516)
+"""
+RESUMED = "[2026-12-02 12:38:27] INFO (nni.runtime.msg_dispatcher_base/MainThread) Dispatcher started\n"
+TUNER_DIED = "[2026-12-02 12:38:40] ERROR (tuners.failure/Thread-1 (command_queue_worker)) OpEvo: no valid config\n"
+
+
+def test_a_resumed_experiment_is_not_failed_by_the_errors_of_the_run_that_was_killed():
+    """A killed manager's dispatcher logs that its manager is gone; `nnictl resume` appends to that log."""
+    assert manager.fatal_error(KILLED_RUN_LOG + RESUMED) is None
+    assert manager.fatal_error(KILLED_RUN_LOG + RESUMED + TUNER_DIED) == "OpEvo: no valid config"
+
+
+def test_a_tuners_error_is_found_and_a_lost_manager_alone_is_not_a_tuners_failure():
+    assert manager.fatal_error(RESUMED + TUNER_DIED) == "OpEvo: no valid config"
+    assert manager.fatal_error(TUNER_DIED) == "OpEvo: no valid config"  # a log level that leaves no start line
+    assert manager.fatal_error(KILLED_RUN_LOG.splitlines(keepends=True)[2]) is None
